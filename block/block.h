@@ -1,0 +1,141 @@
+/* block/block.h: the generic block layer as seen from above (cmd/, nbd/,
+ * formats/).  An image is a stack of nodes, a format driver (raw, qcow2)
+ * over a protocol driver (file); struct blk_image is what a user of the
+ * stack holds: the root node plus the policies of qemu's -drive options
+ * (cache mode, detect-zeroes, discard). */
+#ifndef DISKIMG_BLOCK_BLOCK_H
+#define DISKIMG_BLOCK_BLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+enum blk_req_flags {
+    BLK_REQ_FUA = 1u << 0,         /* complete only when the data is on stable storage */
+    BLK_REQ_MAY_UNMAP = 1u << 1,   /* pwrite_zeroes may deallocate */
+    BLK_REQ_NO_FALLBACK = 1u << 2, /* pwrite_zeroes: fail with -ENOTSUP rather than write zeroes */
+};
+#define BLK_REQ_WRITE_MASK BLK_REQ_FUA
+#define BLK_REQ_ZERO_MASK (BLK_REQ_FUA | BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK)
+
+/* Same meaning as qemu's -drive cache=. */
+enum blk_cache_mode {
+    BLK_CACHE_WRITEBACK,    /* page cache; client flushes honoured (default) */
+    BLK_CACHE_NONE,         /* O_DIRECT; client flushes honoured */
+    BLK_CACHE_WRITETHROUGH, /* page cache; every write is FUA */
+    BLK_CACHE_DIRECTSYNC,   /* O_DIRECT; every write is FUA */
+    BLK_CACHE_UNSAFE,       /* page cache; flushes never reach the disk */
+};
+
+enum blk_aio { BLK_AIO_THREADS, BLK_AIO_IO_URING };
+enum blk_detect_zeroes { BLK_DETECT_ZEROES_OFF, BLK_DETECT_ZEROES_ON, BLK_DETECT_ZEROES_UNMAP };
+enum blk_discard_mode { BLK_DISCARD_IGNORE, BLK_DISCARD_UNMAP };
+
+/* One run of blocks with the same status. */
+enum blk_extent_flags {
+    BLK_EXT_DATA = 1u << 0,      /* backed by data at this layer (not a hole) */
+    BLK_EXT_ZERO = 1u << 1,      /* reads as zeroes */
+    BLK_EXT_ALLOCATED = 1u << 2, /* allocated at this layer (vs a backing file) */
+    BLK_EXT_OFFSET = 1u << 3,    /* 'offset' is the data's place in the protocol file */
+};
+struct blk_extent {
+    uint64_t length;
+    unsigned flags;
+    uint64_t offset;
+};
+
+struct blk_node;
+
+/* Generic I/O on one node: checks (bounds, read-only, alignment by
+ * read-modify-write), flag masking and emulation.  Used by format drivers
+ * on their children and by blk_image_*. */
+int blk_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt);
+int blk_pread(struct blk_node *n, uint64_t off, void *buf, uint64_t len);
+int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                unsigned flags);
+int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, unsigned flags);
+int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
+int blk_discard(struct blk_node *n, uint64_t off, uint64_t len);
+int blk_flush(struct blk_node *n);
+int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+int blk_prefetch(struct blk_node *n, uint64_t off, uint64_t len);
+int64_t blk_get_length(struct blk_node *n);
+int blk_truncate(struct blk_node *n, uint64_t len);
+const char *blk_node_driver_name(const struct blk_node *n);
+const char *blk_node_filename(const struct blk_node *n);
+struct blk_node *blk_node_child(const struct blk_node *n);
+
+/* ---- Images ---- */
+
+struct blk_image_opts {
+    const char *filename;
+    const char *format; /* NULL: probe */
+    enum blk_cache_mode cache;
+    enum blk_aio aio;
+    bool read_only;
+    enum blk_detect_zeroes detect_zeroes;
+    enum blk_discard_mode discard;
+    /* raw: export a window of the file */
+    uint64_t offset;
+    uint64_t size;
+    bool size_set;
+};
+
+struct blk_image;
+
+/* Opens the stack; on failure returns -errno with a message set. */
+int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts);
+/* Flushes (unless cache=unsafe) and closes.  Returns the flush result. */
+int blk_image_close(struct blk_image *img);
+
+uint64_t blk_image_size(const struct blk_image *img);
+bool blk_image_read_only(const struct blk_image *img);
+enum blk_cache_mode blk_image_cache_mode(const struct blk_image *img);
+/* FUA is done natively by the stack (not emulated by a flush). */
+bool blk_image_native_fua(const struct blk_image *img);
+/* Write zeroes with BLK_REQ_NO_FALLBACK can succeed (fast zero). */
+bool blk_image_can_fast_zero(const struct blk_image *img);
+struct blk_node *blk_image_root(const struct blk_image *img);
+const char *blk_image_format(const struct blk_image *img);
+
+int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len);
+int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,
+                     unsigned flags);
+int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
+/* Honours --discard: a no-op (success) with discard=ignore. */
+int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
+/* A no-op on stable storage with cache=unsafe (format caches are still written). */
+int blk_image_flush(struct blk_image *img);
+int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
+                           struct blk_extent *ext);
+int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len);
+
+/* ---- Option spellings (qemu's) ---- */
+
+int blk_cache_mode_parse(const char *s, enum blk_cache_mode *out);
+const char *blk_cache_mode_name(enum blk_cache_mode m);
+int blk_aio_parse(const char *s, enum blk_aio *out);
+const char *blk_aio_name(enum blk_aio a);
+int blk_detect_zeroes_parse(const char *s, enum blk_detect_zeroes *out);
+const char *blk_detect_zeroes_name(enum blk_detect_zeroes d);
+int blk_discard_parse(const char *s, enum blk_discard_mode *out);
+const char *blk_discard_name(enum blk_discard_mode d);
+/* O_DIRECT for this cache mode? */
+bool blk_cache_mode_direct(enum blk_cache_mode m);
+/* Every write FUA for this cache mode? */
+bool blk_cache_mode_writethrough(enum blk_cache_mode m);
+/* Is io_uring compiled in? */
+bool blk_aio_available(enum blk_aio a);
+
+/* ---- Statistics ---- */
+
+struct json_writer;
+/* Per-node counters of every node in the image, as a JSON array "nodes". */
+void blk_image_stats_json(const struct blk_image *img, struct json_writer *w);
+/* Sums over the stack, for the human summary. */
+struct blk_image_totals {
+    uint64_t fua_native, fua_emulated, file_flushes, flushes_shared, flushes_skipped, rmw;
+};
+void blk_image_totals(const struct blk_image *img, struct blk_image_totals *t);
+
+#endif

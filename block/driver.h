@@ -1,0 +1,136 @@
+/* block/driver.h: the contract between the generic block layer and drivers.
+ *
+ * block/ includes nothing from cmd/, nbd/ or formats/: drivers register
+ * themselves into the registry (block/registry.c) from a constructor.
+ * Callers above the block layer use block.h; only drivers include this. */
+#ifndef DISKIMG_BLOCK_DRIVER_H
+#define DISKIMG_BLOCK_DRIVER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "block.h"
+
+struct blk_node;
+
+/* What a driver's open receives.  Protocol drivers get the filename;
+ * format drivers get their child in n->file, already open. */
+struct blk_open_opts {
+    const char *filename;
+    bool read_only;
+    bool direct;      /* O_DIRECT: bypass the host page cache */
+    enum blk_aio aio; /* file driver engine */
+    /* raw format: a window [offset, offset+size) of the child */
+    uint64_t offset;
+    uint64_t size;
+    bool size_set;
+    bool probed; /* the format was guessed, not named (-f) */
+};
+
+struct blk_driver {
+    const char *name;  /* "raw", "qcow2", "file", "nbd" */
+    bool is_format;    /* formats read and write through n->file */
+    size_t state_size; /* the generic layer allocates n->opaque */
+
+    /* Probe score for format detection from the first bytes of the image:
+     * 0 = not this format.  NULL for protocols. */
+    int (*probe)(const uint8_t *buf, size_t len);
+
+    /* Fills supported_*_flags, request_alignment and mem_alignment. */
+    int (*open)(struct blk_node *n, const struct blk_open_opts *opts);
+    void (*close)(struct blk_node *n);
+
+    /* Data path.  The generic layer guarantees: off, len and every iovec
+     * element are multiples of n->request_alignment / n->mem_alignment; the
+     * range is inside the node unless it is growable; flags contain only
+     * bits in n->supported_write_flags (or _zero_flags).
+     * Return 0 or -errno; on failure record a message with err_set(). */
+    int (*preadv)(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt);
+    int (*pwritev)(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                   unsigned flags);
+    /* -ENOTSUP if the driver cannot zero without writing zeroes: the
+     * generic layer then writes zero buffers (unless NO_FALLBACK). */
+    int (*pwrite_zeroes)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
+    int (*discard)(struct blk_node *n, uint64_t off, uint64_t len);
+    /* Own caches (formats) or stable storage (protocols); the generic layer
+     * flushes children afterwards. */
+    int (*flush)(struct blk_node *n);
+    /* Describe [off, off+len): one extent starting at off, ext->length
+     * in (0, len].  NULL: everything is data. */
+    int (*block_status)(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+    /* Hint: read ahead into caches.  NULL: no-op. */
+    int (*prefetch)(struct blk_node *n, uint64_t off, uint64_t len);
+    int64_t (*get_length)(struct blk_node *n);
+    int (*truncate)(struct blk_node *n, uint64_t len);
+};
+
+/* Per-node counters, updated with relaxed atomics on the request path. */
+struct blk_node_stats {
+    _Atomic uint64_t reads, writes, zeroes, discards;
+    _Atomic uint64_t bytes_read, bytes_written;
+    _Atomic uint64_t fua_native;      /* FUA handed to this node's driver */
+    _Atomic uint64_t fua_emulated;    /* FUA done here as write + flush */
+    _Atomic uint64_t flushes;         /* driver flushes run (fdatasync for file) */
+    _Atomic uint64_t flushes_shared;  /* flush requests covered by another's flush */
+    _Atomic uint64_t flushes_skipped; /* cache=unsafe */
+    _Atomic uint64_t rmw;             /* unaligned writes done by read-modify-write */
+    _Atomic uint64_t zero_fallback;   /* zeroes written as buffers */
+};
+
+struct blk_node {
+    const struct blk_driver *drv;
+    void *opaque;          /* driver state, drv->state_size bytes */
+    struct blk_node *file; /* the child: protocol under a format; NULL for protocols */
+    char *filename;        /* for messages */
+
+    bool read_only;
+    bool growable; /* writes past the end extend it (a format's child) */
+    bool no_flush; /* cache=unsafe: flushing stable storage is a no-op */
+
+    /* Filled by drv->open.  Per node, not per driver: raw can promise FUA
+     * only if its child can.  Atomic because a driver the kernel refuses
+     * at run time loses a flag while requests are in flight. */
+    _Atomic unsigned supported_write_flags;
+    _Atomic unsigned supported_zero_flags;
+    uint32_t request_alignment; /* offsets and lengths (1 = any) */
+    uint32_t mem_alignment;     /* buffer addresses and iovec lengths */
+
+    /* See blk_flush() in block/flush.c. */
+    _Atomic uint64_t write_gen;
+    uint64_t flushed_gen; /* protected by flush_lock */
+    pthread_mutex_t flush_lock;
+
+    /* Unaligned writes on nodes with request_alignment > 1 read-modify-write
+     * whole blocks: they hold rmw_lock exclusively, aligned writes hold it
+     * shared, so no overlapping write is lost. */
+    pthread_rwlock_t rmw_lock;
+
+    struct blk_node_stats stats;
+};
+
+/* Registry. */
+void blk_register_driver(const struct blk_driver *drv);
+const struct blk_driver *blk_find_driver(const char *name);
+/* The format whose probe scores highest for these first bytes ("raw" if
+ * none claims them). */
+const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);
+
+#define BLK_REGISTER_DRIVER(drv)                                                                   \
+    __attribute__((constructor)) static void register_##drv(void)                                  \
+    {                                                                                              \
+        blk_register_driver(&(drv));                                                               \
+    }
+
+/* Open a node with the given driver; 'child' (may be NULL) becomes n->file
+ * and is owned by the new node from then on, even on failure. */
+int blk_node_open(struct blk_node **out, const struct blk_driver *drv, struct blk_node *child,
+                  const struct blk_open_opts *opts);
+void blk_node_close(struct blk_node *n);
+
+/* Trace one driver call when -D block.trace=1 (see common/log.h). */
+void blk_trace(const struct blk_node *n, const char *op, uint64_t off, uint64_t len,
+               unsigned flags);
+
+#endif

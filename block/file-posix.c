@@ -1,0 +1,453 @@
+/* block/file-posix.c: the "file" protocol driver, a regular file or block
+ * device on a POSIX system.
+ *
+ * Data moves through an engine (threads or io_uring, file-posix-*.c).
+ * Native FUA is a write with RWF_DSYNC; flush is fdatasync.  Zeroing and
+ * discard use fallocate (zero range, punch hole) or the block device
+ * ioctls, and report -ENOTSUP rather than writing zeroes themselves: the
+ * generic layer owns that fallback.  Block status comes from SEEK_DATA and
+ * SEEK_HOLE.
+ *
+ * O_DIRECT (cache=none/directsync) needs aligned requests; the generic
+ * layer pads them, which can carry a write past the end of a file whose
+ * size is not a multiple of the alignment.  Such a file keeps a second,
+ * buffered descriptor for its last partial block (tail_fd), so the file
+ * never grows and the tail is still written. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/fs.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "driver.h"
+#include "file-posix.h"
+
+#define FILE_IOV_MAX 64
+
+struct file_state {
+    int fd;
+    int tail_fd; /* buffered, for the unaligned tail with O_DIRECT; -1 */
+    bool direct;
+    bool is_blockdev;
+    const struct file_engine *engine;
+    _Atomic int64_t size;
+    _Atomic bool no_zero_range; /* learnt: fallocate(ZERO_RANGE) unsupported */
+    _Atomic bool no_punch_hole; /* learnt: fallocate(PUNCH_HOLE) unsupported */
+};
+
+static int file_probe_dio_alignment(struct blk_node *n, int fd)
+{
+    struct statx stx;
+
+    n->request_alignment = 4096; /* safe for every device when unknown */
+    n->mem_alignment = 4096;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+        (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
+        n->request_alignment = MAX(stx.stx_dio_offset_align, 1u);
+        n->mem_alignment = MAX(stx.stx_dio_mem_align, 1u);
+    }
+    if (!IS_POW2(n->request_alignment) || !IS_POW2(n->mem_alignment)) {
+        return err_setx(EINVAL, "%s: odd direct I/O alignment %u/%u", n->filename,
+                        n->request_alignment, n->mem_alignment);
+    }
+    return 0;
+}
+
+static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct file_state *s = n->opaque;
+    int flags = (opts->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+    struct stat st;
+    int r;
+
+    s->fd = s->tail_fd = -1;
+    s->direct = opts->direct;
+    s->engine = &file_engine_threads;
+    if (opts->aio == BLK_AIO_IO_URING) {
+#ifdef HAVE_LIBURING
+        s->engine = &file_engine_uring;
+#else
+        return err_setx(ENOTSUP, "--aio=io_uring: diskimg was built without liburing");
+#endif
+    }
+    r = s->engine->available();
+    if (r < 0) {
+        return r;
+    }
+    s->fd = open(opts->filename, flags | (s->direct ? O_DIRECT : 0));
+    if (s->fd < 0 && errno == EINVAL && s->direct) {
+        return err_setx(EINVAL,
+                        "%s: the file system does not support O_DIRECT "
+                        "(needed by cache=none and cache=directsync)",
+                        opts->filename);
+    }
+    if (s->fd < 0) {
+        return err_set(errno, "%s", opts->filename);
+    }
+    if (fstat(s->fd, &st) < 0) {
+        return err_set(errno, "%s: fstat", opts->filename);
+    }
+    if (S_ISBLK(st.st_mode)) {
+        uint64_t bytes;
+        if (ioctl(s->fd, BLKGETSIZE64, &bytes) < 0) {
+            return err_set(errno, "%s: BLKGETSIZE64", opts->filename);
+        }
+        s->is_blockdev = true;
+        s->size = (int64_t)bytes;
+    } else if (S_ISREG(st.st_mode)) {
+        s->size = st.st_size;
+    } else {
+        return err_setx(EINVAL, "%s is not a regular file or a block device", opts->filename);
+    }
+    if (s->direct) {
+        r = file_probe_dio_alignment(n, s->fd);
+        if (r < 0) {
+            return r;
+        }
+        if (s->size % n->request_alignment) {
+            s->tail_fd = open(opts->filename, flags);
+            if (s->tail_fd < 0) {
+                return err_set(errno, "%s", opts->filename);
+            }
+        }
+    }
+    if (file_kernel_has_rwf_dsync()) {
+        n->supported_write_flags = BLK_REQ_FUA;
+    }
+    n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
+    return 0;
+}
+
+static void file_close(struct blk_node *n)
+{
+    struct file_state *s = n->opaque;
+
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    if (s->tail_fd >= 0) {
+        close(s->tail_fd);
+    }
+}
+
+/* Copy iov into a local array that file_advance() may modify. */
+static int file_iov_copy(struct iovec *dst, const struct iovec *src, int iovcnt)
+{
+    if (iovcnt > FILE_IOV_MAX) {
+        return -1;
+    }
+    memcpy(dst, src, sizeof *src * (size_t)iovcnt);
+    return iovcnt;
+}
+
+/* Drop 'done' bytes from the front of *iov / *iovcnt. */
+static void file_advance(struct iovec **iov, int *iovcnt, size_t done)
+{
+    while (*iovcnt > 0 && done >= (*iov)->iov_len) {
+        done -= (*iov)->iov_len;
+        (*iov)++;
+        (*iovcnt)--;
+    }
+    if (*iovcnt > 0 && done) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + done;
+        (*iov)->iov_len -= done;
+    }
+}
+
+static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov_in, int iovcnt)
+{
+    struct file_state *s = n->opaque;
+    struct iovec local[FILE_IOV_MAX], *iov = local;
+    uint64_t left = iov_length(iov_in, iovcnt);
+    uint64_t pos = off;
+
+    if (file_iov_copy(local, iov_in, iovcnt) < 0) {
+        return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
+    }
+    while (left > 0) {
+        ssize_t r = s->engine->preadv(s->fd, iov, iovcnt, pos);
+        if (r < 0) {
+            return err_set((int)-r, "%s: read at offset %" PRIu64, n->filename, pos);
+        }
+        if (r == 0 || (int64_t)(pos + (uint64_t)r) >= atomic_load(&s->size)) {
+            /* End of file: what lies beyond reads as zeroes. */
+            file_advance(&iov, &iovcnt, (size_t)r);
+            iov_memset(iov, iovcnt, 0, 0, left - (uint64_t)r);
+            return 0;
+        }
+        file_advance(&iov, &iovcnt, (size_t)r);
+        pos += (uint64_t)r;
+        left -= (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Write iov at pos with fd, looping over short writes. */
+static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, struct iovec *iov, int iovcnt,
+                           uint64_t left, int rwf)
+{
+    struct file_state *s = n->opaque;
+
+    while (left > 0) {
+        ssize_t r = s->engine->pwritev(fd, iov, iovcnt, pos, rwf);
+        if (r == -EOPNOTSUPP && rwf) {
+            return -EOPNOTSUPP; /* the generic layer falls back to write + flush */
+        }
+        if (r < 0) {
+            return err_set((int)-r, "%s: write at offset %" PRIu64, n->filename, pos);
+        }
+        if (r == 0) {
+            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename, pos);
+        }
+        file_advance(&iov, &iovcnt, (size_t)r);
+        pos += (uint64_t)r;
+        left -= (uint64_t)r;
+    }
+    return 0;
+}
+
+static int file_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov_in, int iovcnt,
+                        unsigned flags)
+{
+    struct file_state *s = n->opaque;
+    struct iovec local[FILE_IOV_MAX];
+    uint64_t len = iov_length(iov_in, iovcnt);
+    int rwf = (flags & BLK_REQ_FUA) ? RWF_DSYNC : 0;
+    int64_t size = atomic_load(&s->size);
+    int r;
+
+    if (file_iov_copy(local, iov_in, iovcnt) < 0) {
+        return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
+    }
+    if (s->tail_fd >= 0 && !n->growable && off + len > (uint64_t)size) {
+        /* Padding past the end of an O_DIRECT file: the aligned part goes
+         * direct, the partial last block through the buffered descriptor,
+         * and nothing lands beyond the end. */
+        uint64_t tail_start = ROUND_DOWN((uint64_t)size, n->request_alignment);
+        uint64_t direct_len = tail_start > off ? tail_start - off : 0;
+        struct iovec *iov = local;
+
+        if (direct_len) {
+            r = file_write_loop(n, s->fd, off, iov, iovcnt, direct_len, rwf);
+            if (r < 0) {
+                return r;
+            }
+            file_advance(&iov, &iovcnt, direct_len);
+        }
+        uint64_t tail_off = off + direct_len;
+        if ((uint64_t)size > tail_off) {
+            return file_write_loop(n, s->tail_fd, tail_off, iov, iovcnt, (uint64_t)size - tail_off,
+                                   rwf);
+        }
+        return 0;
+    }
+    r = file_write_loop(n, s->fd, off, local, iovcnt, len, rwf);
+    if (r == 0 && n->growable) {
+        int64_t end = (int64_t)(off + len);
+        int64_t cur = atomic_load(&s->size);
+        while (end > cur && !atomic_compare_exchange_weak(&s->size, &cur, end)) {
+        }
+    }
+    return r;
+}
+
+static bool file_unsupported(int err)
+{
+    return err == EOPNOTSUPP || err == ENOSYS || err == EINVAL;
+}
+
+static int file_punch_hole(struct file_state *s, uint64_t off, uint64_t len)
+{
+    if (atomic_load(&s->no_punch_hole)) {
+        return -ENOTSUP;
+    }
+    if (fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) == 0) {
+        return 0;
+    }
+    if (file_unsupported(errno)) {
+        atomic_store(&s->no_punch_hole, true);
+        return -ENOTSUP;
+    }
+    return -errno;
+}
+
+static int file_zero_range(struct file_state *s, uint64_t off, uint64_t len)
+{
+    if (atomic_load(&s->no_zero_range)) {
+        return -ENOTSUP;
+    }
+    if (fallocate(s->fd, FALLOC_FL_ZERO_RANGE, (off_t)off, (off_t)len) == 0) {
+        return 0;
+    }
+    if (file_unsupported(errno)) {
+        atomic_store(&s->no_zero_range, true);
+        return -ENOTSUP;
+    }
+    return -errno;
+}
+
+static int file_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct file_state *s = n->opaque;
+    int r = -ENOTSUP;
+
+    /* A punched hole reads back as zeroes, on files and on block devices
+     * (where the kernel only punches if the device zeroes discarded
+     * blocks). */
+    if (flags & BLK_REQ_MAY_UNMAP) {
+        r = file_punch_hole(s, off, len);
+    }
+    if (r == -ENOTSUP) {
+        r = file_zero_range(s, off, len);
+    }
+    if (r == -ENOTSUP && !s->is_blockdev && !atomic_load(&s->no_punch_hole)) {
+        /* Punch, then allocate again: zeroes without deallocating. */
+        r = file_punch_hole(s, off, len);
+        if (r == 0 && fallocate(s->fd, 0, (off_t)off, (off_t)len) < 0 && !file_unsupported(errno)) {
+            r = -errno;
+        }
+    }
+    if (r == -ENOTSUP) {
+        return err_setx(ENOTSUP, "%s: no fast way to write zeroes", n->filename);
+    }
+    if (r < 0) {
+        return err_set(-r, "%s: zeroing %" PRIu64 "+%" PRIu64, n->filename, off, len);
+    }
+    if (n->growable && (int64_t)(off + len) > atomic_load(&s->size)) {
+        /* A punched hole past the end keeps the size: extend explicitly. */
+        if (ftruncate(s->fd, (off_t)(off + len)) < 0) {
+            return err_set(errno, "%s: extending to %" PRIu64, n->filename, off + len);
+        }
+        atomic_store(&s->size, (int64_t)(off + len));
+    }
+    return 0;
+}
+
+static int file_discard(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct file_state *s = n->opaque;
+    int r;
+
+    if (s->is_blockdev) {
+        uint64_t start = ROUND_UP(off, 512), end = ROUND_DOWN(off + len, 512);
+        if (end > start && ioctl(s->fd, BLKDISCARD, (uint64_t[2]){start, end - start}) < 0 &&
+            !file_unsupported(errno)) {
+            return err_set(errno, "%s: discard %" PRIu64 "+%" PRIu64, n->filename, off, len);
+        }
+        return 0;
+    }
+    r = file_punch_hole(s, off, len);
+    if (r == -ENOTSUP) {
+        return 0; /* discard is advisory */
+    }
+    if (r < 0) {
+        return err_set(-r, "%s: discard %" PRIu64 "+%" PRIu64, n->filename, off, len);
+    }
+    return 0;
+}
+
+static int file_flush(struct blk_node *n)
+{
+    struct file_state *s = n->opaque;
+    int r = s->engine->fdatasync(s->fd);
+
+    if (r < 0) {
+        return err_set(-r, "%s: fdatasync", n->filename);
+    }
+    return 0;
+}
+
+static int file_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
+{
+    struct file_state *s = n->opaque;
+    int64_t size = atomic_load(&s->size);
+    off_t data, hole;
+
+    if ((int64_t)off >= size) {
+        *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_ZERO};
+        return 0;
+    }
+    len = MIN(len, (uint64_t)size - off);
+    data = lseek(s->fd, (off_t)off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) {
+        /* No data from off to the end of the file. */
+        *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_ZERO};
+        return 0;
+    }
+    if (data < 0) {
+        /* The file system cannot tell: everything is data. */
+        *ext = (struct blk_extent){.length = len,
+                                   .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
+                                   .offset = off};
+        return 0;
+    }
+    if ((uint64_t)data > off) {
+        *ext = (struct blk_extent){.length = MIN(len, (uint64_t)data - off), .flags = BLK_EXT_ZERO};
+        return 0;
+    }
+    hole = lseek(s->fd, (off_t)off, SEEK_HOLE);
+    if (hole < 0 || (uint64_t)hole <= off) {
+        hole = (off_t)(off + len);
+    }
+    *ext = (struct blk_extent){.length = MIN(len, (uint64_t)hole - off),
+                               .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
+                               .offset = off};
+    return 0;
+}
+
+static int file_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct file_state *s = n->opaque;
+
+    if (!s->direct) {
+        (void)posix_fadvise(s->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+    }
+    return 0;
+}
+
+static int64_t file_get_length(struct blk_node *n)
+{
+    struct file_state *s = n->opaque;
+
+    return atomic_load_explicit(&s->size, memory_order_relaxed);
+}
+
+static int file_truncate(struct blk_node *n, uint64_t len)
+{
+    struct file_state *s = n->opaque;
+
+    if (s->is_blockdev) {
+        return err_setx(ENOTSUP, "%s: cannot resize a block device", n->filename);
+    }
+    if (ftruncate(s->fd, (off_t)len) < 0) {
+        return err_set(errno, "%s: truncate to %" PRIu64, n->filename, len);
+    }
+    atomic_store(&s->size, (int64_t)len);
+    return 0;
+}
+
+static const struct blk_driver file_driver = {
+    .name = "file",
+    .state_size = sizeof(struct file_state),
+    .open = file_open,
+    .close = file_close,
+    .preadv = file_preadv,
+    .pwritev = file_pwritev,
+    .pwrite_zeroes = file_pwrite_zeroes,
+    .discard = file_discard,
+    .flush = file_flush,
+    .block_status = file_block_status,
+    .prefetch = file_prefetch,
+    .get_length = file_get_length,
+    .truncate = file_truncate,
+};
+
+BLK_REGISTER_DRIVER(file_driver)

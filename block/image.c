@@ -1,0 +1,284 @@
+/* block/image.c: an open image, the stack of nodes plus the policies that
+ * qemu attaches to a drive rather than to a node:
+ *   - cache mode: O_DIRECT on the protocol node (none, directsync), FUA
+ *     added to every write (writethrough, directsync), flushes that never
+ *     reach the disk (unsafe);
+ *   - detect-zeroes: writes of zero buffers become write-zeroes;
+ *   - discard: ignore or unmap, for TRIM and for write-zeroes' MAY_UNMAP.
+ * The emulation of what drivers lack stays in io.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "common/util.h"
+#include "driver.h"
+
+#define PROBE_BYTES 4096
+
+struct blk_image {
+    struct blk_node *root;
+    enum blk_cache_mode cache;
+    enum blk_detect_zeroes detect_zeroes;
+    enum blk_discard_mode discard;
+    bool read_only;
+    bool writethrough;
+};
+
+static int blk_image_pick_format(struct blk_node *file, const struct blk_image_opts *opts,
+                                 const struct blk_driver **out, bool *probed)
+{
+    uint8_t buf[PROBE_BYTES] = {0};
+    int64_t len;
+    int r;
+
+    *probed = false;
+    if (opts->format) {
+        *out = blk_find_driver(opts->format);
+        if (!*out || !(*out)->is_format) {
+            return err_setx(EINVAL, "unknown image format '%s'", opts->format);
+        }
+        return 0;
+    }
+    len = blk_get_length(file);
+    if (len < 0) {
+        return (int)len;
+    }
+    r = blk_pread(file, 0, buf, (uint64_t)MIN(len, (int64_t)sizeof buf));
+    if (r < 0) {
+        return r;
+    }
+    *out = blk_probe_format(buf, sizeof buf);
+    *probed = true;
+    return 0;
+}
+
+int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
+{
+    struct blk_open_opts o = {
+        .filename = opts->filename,
+        .read_only = opts->read_only,
+        .direct = blk_cache_mode_direct(opts->cache),
+        .aio = opts->aio,
+        .offset = opts->offset,
+        .size = opts->size,
+        .size_set = opts->size_set,
+    };
+    const struct blk_driver *file_drv = blk_find_driver("file");
+    const struct blk_driver *fmt;
+    struct blk_node *file = NULL, *root = NULL;
+    struct blk_image *img;
+    int r;
+
+    if (!file_drv) {
+        return err_setx(ENOTSUP, "no file protocol driver");
+    }
+    r = blk_node_open(&file, file_drv, NULL, &o);
+    if (r < 0) {
+        return r;
+    }
+    file->no_flush = opts->cache == BLK_CACHE_UNSAFE;
+    r = blk_image_pick_format(file, opts, &fmt, &o.probed);
+    if (r < 0) {
+        blk_node_close(file);
+        return r;
+    }
+    if ((opts->offset || opts->size_set) && strcmp(fmt->name, "raw") != 0) {
+        blk_node_close(file);
+        return err_setx(EINVAL, "%s: offset and size apply to raw images only, not %s",
+                        opts->filename, fmt->name);
+    }
+    r = blk_node_open(&root, fmt, file, &o);
+    if (r < 0) {
+        return r;
+    }
+    img = calloc(1, sizeof *img);
+    if (!img) {
+        blk_node_close(root);
+        return err_set(ENOMEM, "opening %s", opts->filename);
+    }
+    img->root = root;
+    img->cache = opts->cache;
+    img->detect_zeroes = opts->detect_zeroes;
+    img->discard = opts->discard;
+    img->read_only = opts->read_only;
+    img->writethrough = blk_cache_mode_writethrough(opts->cache);
+    *out = img;
+    return 0;
+}
+
+int blk_image_close(struct blk_image *img)
+{
+    int r = 0;
+
+    if (!img) {
+        return 0;
+    }
+    if (!img->read_only) {
+        r = blk_flush(img->root);
+    }
+    blk_node_close(img->root);
+    free(img);
+    return r;
+}
+
+uint64_t blk_image_size(const struct blk_image *img)
+{
+    int64_t len = blk_get_length(img->root);
+
+    return len < 0 ? 0 : (uint64_t)len;
+}
+
+bool blk_image_read_only(const struct blk_image *img)
+{
+    return img->read_only;
+}
+
+enum blk_cache_mode blk_image_cache_mode(const struct blk_image *img)
+{
+    return img->cache;
+}
+
+bool blk_image_native_fua(const struct blk_image *img)
+{
+    return atomic_load(&img->root->supported_write_flags) & BLK_REQ_FUA;
+}
+
+bool blk_image_can_fast_zero(const struct blk_image *img)
+{
+    return atomic_load(&img->root->supported_zero_flags) & BLK_REQ_NO_FALLBACK;
+}
+
+struct blk_node *blk_image_root(const struct blk_image *img)
+{
+    return img->root;
+}
+
+const char *blk_image_format(const struct blk_image *img)
+{
+    return img->root->drv->name;
+}
+
+int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len)
+{
+    return blk_pread(img->root, off, buf, len);
+}
+
+static unsigned blk_image_zero_flags(const struct blk_image *img, unsigned flags)
+{
+    if (img->writethrough) {
+        flags |= BLK_REQ_FUA;
+    }
+    if (img->discard == BLK_DISCARD_IGNORE) {
+        flags &= ~(unsigned)BLK_REQ_MAY_UNMAP;
+    }
+    return flags;
+}
+
+int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,
+                     unsigned flags)
+{
+    if (img->writethrough) {
+        flags |= BLK_REQ_FUA;
+    }
+    if (img->detect_zeroes != BLK_DETECT_ZEROES_OFF && len && buffer_is_zero(buf, len)) {
+        unsigned zflags = flags & BLK_REQ_FUA;
+        if (img->detect_zeroes == BLK_DETECT_ZEROES_UNMAP) {
+            zflags |= BLK_REQ_MAY_UNMAP;
+        }
+        return blk_pwrite_zeroes(img->root, off, len, blk_image_zero_flags(img, zflags));
+    }
+    return blk_pwrite(img->root, off, buf, len, flags);
+}
+
+int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)
+{
+    return blk_pwrite_zeroes(img->root, off, len, blk_image_zero_flags(img, flags));
+}
+
+int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)
+{
+    uint64_t size = blk_image_size(img);
+    int r;
+
+    if (img->read_only) {
+        return err_setx(EPERM, "%s is read-only", img->root->filename);
+    }
+    if (off > size || len > size - off) {
+        return err_setx(
+            EINVAL, "%s: discard at %" PRIu64 "+%" PRIu64 " is beyond the end (%" PRIu64 " bytes)",
+            img->root->filename, off, len, size);
+    }
+    if (img->discard == BLK_DISCARD_IGNORE) {
+        return 0;
+    }
+    r = blk_discard(img->root, off, len);
+    if (r == 0 && (flags & BLK_REQ_FUA)) {
+        r = blk_flush(img->root);
+    }
+    return r;
+}
+
+int blk_image_flush(struct blk_image *img)
+{
+    return blk_flush(img->root);
+}
+
+int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
+                           struct blk_extent *ext)
+{
+    return blk_block_status(img->root, off, len, ext);
+}
+
+int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len)
+{
+    return blk_prefetch(img->root, off, len);
+}
+
+#define LOAD(n, f) atomic_load_explicit(&(n)->stats.f, memory_order_relaxed)
+
+void blk_image_stats_json(const struct blk_image *img, struct json_writer *w)
+{
+    json_begin_array(w, "nodes");
+    for (struct blk_node *n = img->root; n; n = n->file) {
+        json_begin_object(w, NULL);
+        json_str(w, "driver", n->drv->name);
+        json_str(w, "filename", n->filename);
+        json_bool(w, "native-fua", atomic_load(&n->supported_write_flags) & BLK_REQ_FUA);
+        json_uint(w, "reads", LOAD(n, reads));
+        json_uint(w, "writes", LOAD(n, writes));
+        json_uint(w, "zeroes", LOAD(n, zeroes));
+        json_uint(w, "discards", LOAD(n, discards));
+        json_uint(w, "bytes-read", LOAD(n, bytes_read));
+        json_uint(w, "bytes-written", LOAD(n, bytes_written));
+        json_uint(w, "fua-native", LOAD(n, fua_native));
+        json_uint(w, "fua-emulated", LOAD(n, fua_emulated));
+        json_uint(w, "flushes", LOAD(n, flushes));
+        json_uint(w, "flushes-shared", LOAD(n, flushes_shared));
+        json_uint(w, "flushes-skipped", LOAD(n, flushes_skipped));
+        json_uint(w, "rmw", LOAD(n, rmw));
+        json_uint(w, "zero-fallback", LOAD(n, zero_fallback));
+        json_end_object(w);
+    }
+    json_end_array(w);
+}
+
+void blk_image_totals(const struct blk_image *img, struct blk_image_totals *t)
+{
+    memset(t, 0, sizeof *t);
+    for (struct blk_node *n = img->root; n; n = n->file) {
+        t->fua_emulated += LOAD(n, fua_emulated);
+        t->flushes_shared += LOAD(n, flushes_shared);
+        t->rmw += LOAD(n, rmw);
+        if (!n->drv->is_format) {
+            /* Protocol nodes are where data meets storage. */
+            t->fua_native += LOAD(n, fua_native);
+            t->file_flushes += LOAD(n, flushes);
+            t->flushes_skipped += LOAD(n, flushes_skipped);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+/* cmd/main.c: the diskimg command, dispatching to one file per subcommand. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "config.h"
+
+static const struct cmd *const commands[] = {
+    &cmd_serve,
+};
+
+int cmd_usage_error(const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "diskimg %s: ", sub);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'diskimg %s --help' for more information.\n", sub);
+    return EXIT_USAGE;
+}
+
+void cmd_print_error(int r)
+{
+    fprintf(stderr, "diskimg: %s\n", err_msg_or(r));
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg SUBCOMMAND [OPTIONS] ...\n"
+               "       diskimg help [SUBCOMMAND]\n"
+               "       diskimg --version\n"
+               "\n"
+               "Disk image tool and NBD server for raw and qcow2 images.\n"
+               "\n"
+               "Subcommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    }
+    fprintf(f, "\nRun 'diskimg SUBCOMMAND --help' or 'man diskimg-SUBCOMMAND' for details.\n");
+}
+
+static const struct cmd *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i]->name, name) == 0) {
+            return commands[i];
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const struct cmd *c;
+
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("diskimg %s\n", DISKIMG_VERSION);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "help") == 0) {
+        if (argc < 3) {
+            usage(stdout);
+            return EXIT_OK;
+        }
+        c = find_command(argv[2]);
+        if (!c) {
+            fprintf(stderr, "diskimg: unknown subcommand '%s'\n", argv[2]);
+            return EXIT_USAGE;
+        }
+        c->usage(stdout);
+        return EXIT_OK;
+    }
+    c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "diskimg: unknown subcommand '%s'\n", argv[1]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    log_progname = "diskimg";
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,514 @@
+/* cmd/serve.c: "diskimg serve", export an image over NBD.  Option
+ * spellings are qemu-nbd's wherever the feature overlaps. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "nbd/protocol.h"
+#include "nbd/server.h"
+
+#define SERVE_DEFAULT_WORKERS 16
+#define SERVE_DEFAULT_HANDSHAKE_LIMIT 10
+
+struct serve_opts {
+    struct blk_image_opts img;
+    struct nbd_server_config srv;
+    const char *socket_path;
+    const char *bind_addr;
+    const char *port;
+    const char *export_name;
+    const char *description;
+    const char *pid_file;
+    bool image_opts;
+    bool fork;
+};
+
+static void serve_usage(FILE *f)
+{
+    fprintf(
+        f,
+        "Usage: diskimg serve [OPTIONS] IMAGE\n"
+        "\n"
+        "Export IMAGE (raw) over NBD until interrupted.  Without -t the server exits\n"
+        "when the last client disconnects, as qemu-nbd does.\n"
+        "\n"
+        "Where to listen:\n"
+        "  -k, --socket=PATH        unix socket PATH (instead of TCP)\n"
+        "  -b, --bind=ADDR          TCP address to listen on (default: all)\n"
+        "  -p, --port=PORT          TCP port (default %d)\n"
+        "\n"
+        "What to export:\n"
+        "  -f, --format=FMT         image format: raw (default: probe)\n"
+        "  -x, --export-name=NAME   export name (default \"\")\n"
+        "  -D, --description=TEXT   export description\n"
+        "  -r, --read-only          export read-only\n"
+        "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
+        "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
+        "      --image-opts         IMAGE is driver=raw,file.filename=PATH[,offset=N][,size=N]\n"
+        "                           [,cache.direct=on|off][,cache.no-flush=on|off][,aio=...]\n"
+        "\n"
+        "Caching and I/O:\n"
+        "      --cache=MODE         writeback (default), none, writethrough, directsync,\n"
+        "                           unsafe: same meaning as qemu's cache=\n"
+        "  -n, --nocache            same as --cache=none\n"
+        "      --aio=ENGINE         threads (default) or io_uring\n"
+        "      --discard=MODE       unmap (default: TRIM frees space) or ignore\n"
+        "      --detect-zeroes=MODE off (default), on, unmap\n"
+        "\n"
+        "Clients and process:\n"
+        "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
+        "  -t, --persistent         keep serving after the last client disconnects\n"
+        "      --threads=N          requests in flight per connection (default %d)\n"
+        "      --handshake-limit=S  drop clients that have not finished the handshake\n"
+        "                           in S seconds, 0 = never (default %d)\n"
+        "      --fork               run in the background once the socket is ready\n"
+        "      --pid-file=PATH      write the server's process id to PATH\n"
+        "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and exit\n"
+        "  -v, --verbose            log more (repeat for more)\n"
+        "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
+        "  -h, --help               this help\n"
+        "\n"
+        "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
+        "stop accepting clients, finish requests in flight, flush and exit 0.\n"
+        "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
+        "See diskimg-serve(1).\n",
+        NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
+}
+
+/* Apply one key=value of --image-opts. */
+static int serve_image_opt(struct serve_opts *o, const char *key, const char *value)
+{
+    bool b;
+
+    if (strcmp(key, "driver") == 0) {
+        o->img.format = value;
+    } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
+               strcmp(key, "file") == 0) {
+        o->img.filename = value;
+    } else if (strcmp(key, "file.driver") == 0) {
+        if (strcmp(value, "file") != 0) {
+            return cmd_usage_error("serve", "--image-opts: file.driver=%s is not supported", value);
+        }
+    } else if (strcmp(key, "offset") == 0) {
+        if (parse_size(value, &o->img.offset) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid offset '%s'", value);
+        }
+    } else if (strcmp(key, "size") == 0) {
+        if (parse_size(value, &o->img.size) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid size '%s'", value);
+        }
+        o->img.size_set = true;
+    } else if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
+        if (blk_aio_parse(value, &o->img.aio) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid aio '%s'", value);
+        }
+    } else if (strcmp(key, "cache.direct") == 0) {
+        if (parse_bool(value, &b) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid cache.direct '%s'", value);
+        }
+        bool wt = blk_cache_mode_writethrough(o->img.cache);
+        o->img.cache = b ? (wt ? BLK_CACHE_DIRECTSYNC : BLK_CACHE_NONE)
+                         : (wt ? BLK_CACHE_WRITETHROUGH : BLK_CACHE_WRITEBACK);
+    } else if (strcmp(key, "cache.no-flush") == 0) {
+        if (parse_bool(value, &b) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid cache.no-flush '%s'", value);
+        }
+        if (b) {
+            o->img.cache = BLK_CACHE_UNSAFE;
+        }
+    } else if (strcmp(key, "read-only") == 0) {
+        if (parse_bool(value, &o->img.read_only) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid read-only '%s'", value);
+        }
+    } else {
+        return cmd_usage_error("serve", "--image-opts: unknown option '%s'", key);
+    }
+    return 0;
+}
+
+static int serve_parse_image_opts(struct serve_opts *o, char *spec)
+{
+    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int r;
+
+        if (!eq) {
+            return cmd_usage_error("serve", "--image-opts: '%s' is not key=value", kv);
+        }
+        *eq = '\0';
+        r = serve_image_opt(o, kv, eq + 1);
+        if (r) {
+            return r;
+        }
+    }
+    if (!o->img.filename) {
+        return cmd_usage_error("serve", "--image-opts: file.filename is missing");
+    }
+    return 0;
+}
+
+enum {
+    OPT_CACHE = 256,
+    OPT_AIO,
+    OPT_DISCARD,
+    OPT_DETECT_ZEROES,
+    OPT_FORK,
+    OPT_PID_FILE,
+    OPT_IMAGE_OPTS,
+    OPT_SIZE,
+    OPT_THREADS,
+    OPT_HANDSHAKE_LIMIT,
+    OPT_STATS,
+    OPT_DEBUG,
+};
+
+static const struct option serve_long_opts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"socket", required_argument, NULL, 'k'},
+    {"bind", required_argument, NULL, 'b'},
+    {"port", required_argument, NULL, 'p'},
+    {"format", required_argument, NULL, 'f'},
+    {"export-name", required_argument, NULL, 'x'},
+    {"description", required_argument, NULL, 'D'},
+    {"read-only", no_argument, NULL, 'r'},
+    {"offset", required_argument, NULL, 'o'},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+    {"cache", required_argument, NULL, OPT_CACHE},
+    {"nocache", no_argument, NULL, 'n'},
+    {"aio", required_argument, NULL, OPT_AIO},
+    {"discard", required_argument, NULL, OPT_DISCARD},
+    {"detect-zeroes", required_argument, NULL, OPT_DETECT_ZEROES},
+    {"shared", required_argument, NULL, 'e'},
+    {"persistent", no_argument, NULL, 't'},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"handshake-limit", required_argument, NULL, OPT_HANDSHAKE_LIMIT},
+    {"fork", no_argument, NULL, OPT_FORK},
+    {"pid-file", required_argument, NULL, OPT_PID_FILE},
+    {"stats", required_argument, NULL, OPT_STATS},
+    {"verbose", no_argument, NULL, 'v'},
+    {"debug", required_argument, NULL, OPT_DEBUG},
+    {NULL, 0, NULL, 0},
+};
+
+/* Returns 0, or an exit code (EXIT_USAGE) after printing why; -1 for --help. */
+static int serve_parse(struct serve_opts *o, int argc, char **argv)
+{
+    uint64_t v;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "hk:b:p:f:x:D:ro:ne:tv", serve_long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            serve_usage(stdout);
+            return -1;
+        case 'k':
+            o->socket_path = optarg;
+            break;
+        case 'b':
+            o->bind_addr = optarg;
+            break;
+        case 'p':
+            if (parse_uint(optarg, 1, 65535, &v) < 0) {
+                return cmd_usage_error("serve", "invalid port '%s'", optarg);
+            }
+            o->port = optarg;
+            break;
+        case 'f':
+            o->img.format = optarg;
+            break;
+        case 'x':
+            o->export_name = optarg;
+            break;
+        case 'D':
+            o->description = optarg;
+            break;
+        case 'r':
+            o->img.read_only = true;
+            break;
+        case 'o':
+            if (parse_size(optarg, &o->img.offset) < 0) {
+                return cmd_usage_error("serve", "invalid offset '%s'", optarg);
+            }
+            break;
+        case OPT_SIZE:
+            if (parse_size(optarg, &o->img.size) < 0) {
+                return cmd_usage_error("serve", "invalid size '%s'", optarg);
+            }
+            o->img.size_set = true;
+            break;
+        case OPT_IMAGE_OPTS:
+            o->image_opts = true;
+            break;
+        case OPT_CACHE:
+            if (blk_cache_mode_parse(optarg, &o->img.cache) < 0) {
+                return cmd_usage_error(
+                    "serve",
+                    "invalid cache mode '%s' (writeback, none, writethrough, directsync, unsafe)",
+                    optarg);
+            }
+            break;
+        case 'n':
+            o->img.cache = BLK_CACHE_NONE;
+            break;
+        case OPT_AIO:
+            if (blk_aio_parse(optarg, &o->img.aio) < 0) {
+                return cmd_usage_error("serve", "invalid aio engine '%s' (threads, io_uring)",
+                                       optarg);
+            }
+            break;
+        case OPT_DISCARD:
+            if (blk_discard_parse(optarg, &o->img.discard) < 0) {
+                return cmd_usage_error("serve", "invalid discard mode '%s' (ignore, unmap)",
+                                       optarg);
+            }
+            break;
+        case OPT_DETECT_ZEROES:
+            if (blk_detect_zeroes_parse(optarg, &o->img.detect_zeroes) < 0) {
+                return cmd_usage_error("serve", "invalid detect-zeroes mode '%s' (off, on, unmap)",
+                                       optarg);
+            }
+            break;
+        case 'e':
+            if (parse_uint(optarg, 0, 1u << 20, &v) < 0) {
+                return cmd_usage_error("serve", "invalid number of clients '%s'", optarg);
+            }
+            o->srv.max_connections = (unsigned)v;
+            break;
+        case 't':
+            o->srv.persistent = true;
+            break;
+        case OPT_THREADS:
+            if (parse_uint(optarg, 1, 1024, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --threads '%s' (1 to 1024)", optarg);
+            }
+            o->srv.workers_per_conn = (unsigned)v;
+            break;
+        case OPT_HANDSHAKE_LIMIT:
+            if (parse_uint(optarg, 0, 86400, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --handshake-limit '%s'", optarg);
+            }
+            o->srv.handshake_limit_s = (unsigned)v;
+            break;
+        case OPT_FORK:
+            o->fork = true;
+            break;
+        case OPT_PID_FILE:
+            o->pid_file = optarg;
+            break;
+        case OPT_STATS:
+            o->srv.stats_file = optarg;
+            break;
+        case 'v':
+            log_verbosity++;
+            break;
+        case OPT_DEBUG:
+            if (debug_flag_set(optarg) < 0) {
+                return cmd_usage_error("serve", "unknown debug flag '%s'", optarg);
+            }
+            log_verbosity = log_verbosity ? log_verbosity : 1;
+            break;
+        default:
+            return cmd_usage_error("serve", "invalid option");
+        }
+    }
+    if (optind + 1 != argc) {
+        return cmd_usage_error("serve", optind == argc ? "an IMAGE is required"
+                                                       : "only one IMAGE can be served");
+    }
+    if (o->image_opts) {
+        int r = serve_parse_image_opts(o, argv[optind]);
+        if (r) {
+            return r;
+        }
+    } else {
+        o->img.filename = argv[optind];
+    }
+    if (o->socket_path && (o->bind_addr || o->port)) {
+        return cmd_usage_error("serve", "--socket cannot be combined with --bind or --port");
+    }
+    if (!blk_aio_available(o->img.aio)) {
+        return cmd_usage_error("serve", "--aio=%s: not built into this diskimg",
+                               blk_aio_name(o->img.aio));
+    }
+    return 0;
+}
+
+static struct nbd_server *signal_server;
+
+static void serve_on_signal(int sig)
+{
+    if (!signal_server) {
+        return;
+    }
+    if (sig == SIGUSR1) {
+        nbd_server_signal_stats(signal_server);
+    } else {
+        nbd_server_signal_shutdown(signal_server);
+    }
+}
+
+static void serve_install_signals(struct nbd_server *srv)
+{
+    struct sigaction sa = {.sa_handler = serve_on_signal};
+
+    signal_server = srv;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* --fork: the parent waits until the child reports that it listens (or
+ * failed), so "diskimg serve --fork" returns only once clients can
+ * connect.  Returns in the child with the pipe's write end, or exits. */
+static int serve_fork(void)
+{
+    int p[2];
+    pid_t pid;
+    char status = 0;
+
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        perror("diskimg serve: pipe");
+        exit(EXIT_ERROR);
+    }
+    pid = fork();
+    if (pid < 0) {
+        perror("diskimg serve: fork");
+        exit(EXIT_ERROR);
+    }
+    if (pid > 0) {
+        close(p[1]);
+        ssize_t n = read(p[0], &status, 1);
+        exit(n == 1 && status == 'o' ? EXIT_OK : EXIT_ERROR);
+    }
+    close(p[0]);
+    setsid();
+    return p[1];
+}
+
+static void serve_daemon_ready(int ready_fd)
+{
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        close(devnull);
+    }
+    if (write(ready_fd, "o", 1) != 1) {
+        /* the parent is gone; nothing to tell */
+    }
+    close(ready_fd);
+}
+
+static int serve_write_pid_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+
+    if (!f) {
+        return err_set(errno, "--pid-file %s", path);
+    }
+    fprintf(f, "%ld\n", (long)getpid());
+    if (fclose(f) != 0) {
+        return err_set(errno, "--pid-file %s", path);
+    }
+    return 0;
+}
+
+static int serve_listen(struct nbd_server *srv, const struct serve_opts *o)
+{
+    if (o->socket_path) {
+        return nbd_server_listen_unix(srv, o->socket_path);
+    }
+    char port[16];
+    snprintf(port, sizeof port, "%d", NBD_DEFAULT_PORT);
+    return nbd_server_listen_tcp(srv, o->bind_addr, o->port ? o->port : port);
+}
+
+static int serve_run(int argc, char **argv)
+{
+    struct serve_opts o = {
+        .img = {.cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP},
+        .srv = {.workers_per_conn = SERVE_DEFAULT_WORKERS,
+                .max_connections = 1,
+                .handshake_limit_s = SERVE_DEFAULT_HANDSHAKE_LIMIT},
+        .export_name = "",
+    };
+    struct blk_image *img = NULL;
+    struct nbd_server *srv = NULL;
+    int ready_fd = -1, r, status = EXIT_ERROR;
+
+    r = serve_parse(&o, argc, argv);
+    if (r) {
+        return r < 0 ? EXIT_OK : r;
+    }
+    if (o.fork) {
+        ready_fd = serve_fork();
+    }
+    r = blk_image_open(&img, &o.img);
+    if (r < 0) {
+        goto out;
+    }
+    r = nbd_server_new(&srv, &o.srv);
+    if (r == 0) {
+        r = nbd_server_add_export(srv, o.export_name, o.description, img);
+    }
+    if (r == 0) {
+        r = serve_listen(srv, &o);
+    }
+    if (r == 0 && o.pid_file) {
+        r = serve_write_pid_file(o.pid_file);
+    }
+    if (r < 0) {
+        goto out;
+    }
+    serve_install_signals(srv);
+    if (ready_fd >= 0) {
+        serve_daemon_ready(ready_fd);
+        ready_fd = -1;
+    }
+    r = nbd_server_run(srv);
+    nbd_server_report_stats(srv, stderr);
+    status = r < 0 ? EXIT_ERROR : EXIT_OK;
+
+out:
+    if (r < 0) {
+        cmd_print_error(r);
+    }
+    signal_server = NULL;
+    nbd_server_free(srv);
+    r = blk_image_close(img);
+    if (r < 0) {
+        cmd_print_error(r);
+        status = EXIT_ERROR;
+    }
+    if (o.pid_file && status == EXIT_OK) {
+        unlink(o.pid_file);
+    }
+    if (ready_fd >= 0) {
+        close(ready_fd); /* the parent reads EOF and exits 1 */
+    }
+    return status;
+}
+
+const struct cmd cmd_serve = {
+    .name = "serve",
+    .summary = "export an image over NBD (like qemu-nbd)",
+    .run = serve_run,
+    .usage = serve_usage,
+};

@@ -1,0 +1,73 @@
+/* common/log.c: stderr/syslog logging (see log.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "log.h"
+
+int log_verbosity;
+const char *log_progname = "diskimg";
+int debug_block_trace;
+int debug_nbd_requests;
+
+static bool use_syslog;
+static __thread char log_ctx[64];
+
+void log_use_syslog(bool on)
+{
+    if (on && !use_syslog) {
+        openlog(log_progname, LOG_PID, LOG_DAEMON);
+    }
+    use_syslog = on;
+}
+
+void log_set_context(const char *ctx)
+{
+    snprintf(log_ctx, sizeof log_ctx, "%s", ctx ? ctx : "");
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
+    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+    int saved = errno;
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (use_syslog) {
+        syslog(prio[level], "%s%s%s%s", log_ctx[0] ? log_ctx : "", log_ctx[0] ? ": " : "",
+               prefix[level], msg);
+    } else {
+        /* One fprintf per line so lines from threads do not interleave. */
+        fprintf(stderr, "%s: %s%s%s%s\n", log_progname, log_ctx[0] ? log_ctx : "",
+                log_ctx[0] ? ": " : "", prefix[level], msg);
+    }
+    errno = saved;
+}
+
+int debug_flag_set(const char *spec)
+{
+    static const struct {
+        const char *name;
+        int *flag;
+    } flags[] = {
+        {"block.trace", &debug_block_trace},
+        {"nbd.requests", &debug_nbd_requests},
+    };
+    const char *eq = strchr(spec, '=');
+    size_t len = eq ? (size_t)(eq - spec) : strlen(spec);
+
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strlen(flags[i].name) == len && strncmp(spec, flags[i].name, len) == 0) {
+            *flags[i].flag = eq ? atoi(eq + 1) : 1;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}

@@ -1,0 +1,178 @@
+/* formats/raw.c: the "raw" format driver.  Guest bytes are file bytes,
+ * optionally a window [offset, offset+size) of the child.  Everything is
+ * passed through, and so are the child's native flags: raw promises FUA
+ * exactly when its child does.
+ *
+ * When the format was probed rather than named, a write that would make
+ * the first sector look like another format is refused, as qemu does: a
+ * guest must not be able to turn its raw disk into, say, a qcow2 image
+ * with a backing file of the host's choosing on the next probe. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "block/driver.h"
+#include "common/error.h"
+#include "common/util.h"
+
+#define RAW_PROBE_BYTES 512
+
+struct raw_state {
+    uint64_t offset;
+    uint64_t size;
+    bool size_set;
+    bool probed;
+};
+
+static int raw_probe(const uint8_t *buf, size_t len)
+{
+    (void)buf;
+    (void)len;
+    return 1; /* anything is raw, with the lowest confidence */
+}
+
+static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct raw_state *s = n->opaque;
+    int64_t child_len = blk_get_length(n->file);
+
+    if (child_len < 0) {
+        return (int)child_len;
+    }
+    if (opts->offset > (uint64_t)child_len) {
+        return err_setx(EINVAL,
+                        "%s: offset %" PRIu64 " is beyond the end of the file (%" PRId64 ")",
+                        n->filename, opts->offset, child_len);
+    }
+    if (opts->size_set && opts->size > (uint64_t)child_len - opts->offset) {
+        return err_setx(EINVAL,
+                        "%s: offset %" PRIu64 " plus size %" PRIu64
+                        " is beyond the end of the file (%" PRId64 ")",
+                        n->filename, opts->offset, opts->size, child_len);
+    }
+    s->offset = opts->offset;
+    s->size = opts->size;
+    s->size_set = opts->size_set;
+    s->probed = opts->probed;
+    n->supported_write_flags = n->file->supported_write_flags & BLK_REQ_WRITE_MASK;
+    n->supported_zero_flags = n->file->supported_zero_flags & BLK_REQ_ZERO_MASK;
+    return 0;
+}
+
+static int64_t raw_get_length(struct blk_node *n)
+{
+    struct raw_state *s = n->opaque;
+    int64_t child_len;
+
+    if (s->size_set) {
+        return (int64_t)s->size;
+    }
+    child_len = blk_get_length(n->file);
+    if (child_len < 0) {
+        return child_len;
+    }
+    return child_len > (int64_t)s->offset ? child_len - (int64_t)s->offset : 0;
+}
+
+static int raw_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
+{
+    struct raw_state *s = n->opaque;
+
+    return blk_preadv(n->file, s->offset + off, iov, iovcnt);
+}
+
+/* For a probed image: would this write make sector 0 probe as another format? */
+static int raw_check_probe_safe(struct blk_node *n, uint64_t off, const struct iovec *iov,
+                                int iovcnt)
+{
+    struct raw_state *s = n->opaque;
+    uint8_t first[RAW_PROBE_BYTES];
+    int r;
+
+    if (!s->probed || s->offset != 0 || off >= RAW_PROBE_BYTES) {
+        return 0;
+    }
+    r = blk_pread(n->file, 0, first, sizeof first);
+    if (r < 0) {
+        return r;
+    }
+    iov_to_buf(iov, iovcnt, 0, first + off, RAW_PROBE_BYTES - off);
+    const struct blk_driver *d = blk_probe_format(first, sizeof first);
+    if (d && strcmp(d->name, "raw") != 0) {
+        return err_setx(EPERM,
+                        "%s: refusing a write that would make this probed raw image look like %s "
+                        "(name the format with -f raw to allow it)",
+                        n->filename, d->name);
+    }
+    return 0;
+}
+
+static int raw_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                       unsigned flags)
+{
+    struct raw_state *s = n->opaque;
+    int r = raw_check_probe_safe(n, off, iov, iovcnt);
+
+    if (r < 0) {
+        return r;
+    }
+    return blk_pwritev(n->file, s->offset + off, iov, iovcnt, flags);
+}
+
+static int raw_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct raw_state *s = n->opaque;
+
+    return blk_pwrite_zeroes(n->file, s->offset + off, len, flags);
+}
+
+static int raw_discard(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct raw_state *s = n->opaque;
+
+    return blk_discard(n->file, s->offset + off, len);
+}
+
+static int raw_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
+{
+    struct raw_state *s = n->opaque;
+
+    /* The child reports file offsets, which is what map wants. */
+    return blk_block_status(n->file, s->offset + off, len, ext);
+}
+
+static int raw_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct raw_state *s = n->opaque;
+
+    return blk_prefetch(n->file, s->offset + off, len);
+}
+
+static int raw_truncate(struct blk_node *n, uint64_t len)
+{
+    struct raw_state *s = n->opaque;
+
+    if (s->size_set || s->offset) {
+        return err_setx(ENOTSUP, "%s: cannot resize a raw image with an offset or size",
+                        n->filename);
+    }
+    return blk_truncate(n->file, len);
+}
+
+static const struct blk_driver raw_driver = {
+    .name = "raw",
+    .is_format = true,
+    .state_size = sizeof(struct raw_state),
+    .probe = raw_probe,
+    .open = raw_open,
+    .preadv = raw_preadv,
+    .pwritev = raw_pwritev,
+    .pwrite_zeroes = raw_pwrite_zeroes,
+    .discard = raw_discard,
+    .block_status = raw_block_status,
+    .prefetch = raw_prefetch,
+    .get_length = raw_get_length,
+    .truncate = raw_truncate,
+};
+
+BLK_REGISTER_DRIVER(raw_driver)

@@ -1,0 +1,143 @@
+/* nbd/conn.c: the byte stream of one connection.
+ *
+ * Receives go through a small buffer so that a request header and a short
+ * write payload usually arrive in one recv(); large payloads are read
+ * straight into the caller's buffer.  During the handshake a deadline
+ * bounds every wait, so a silent client cannot hold a slot. */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "internal.h"
+
+/* Wait until fd is readable or the handshake deadline passes. */
+static int nbd_conn_wait_readable(struct nbd_conn *c)
+{
+    if (!c->deadline_ns) {
+        return 0;
+    }
+    for (;;) {
+        uint64_t now = clock_ns();
+        if (now >= c->deadline_ns) {
+            return -ETIMEDOUT;
+        }
+        int ms = (int)MIN((c->deadline_ns - now) / 1000000 + 1, (uint64_t)60000);
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&p, 1, ms);
+        if (r > 0) {
+            return 0;
+        }
+        if (r < 0 && errno != EINTR) {
+            return -errno;
+        }
+    }
+}
+
+static ssize_t nbd_conn_recv_some(struct nbd_conn *c, void *buf, size_t len)
+{
+    for (;;) {
+        int r = nbd_conn_wait_readable(c);
+        if (r < 0) {
+            return r;
+        }
+        ssize_t n = recv(c->fd, buf, len, 0);
+        if (n > 0) {
+            return n;
+        }
+        if (n == 0) {
+            return -ECONNRESET;
+        }
+        if (errno != EINTR) {
+            return -errno;
+        }
+    }
+}
+
+int nbd_conn_recv(struct nbd_conn *c, void *buf, size_t len)
+{
+    uint8_t *dst = buf;
+
+    while (len > 0) {
+        if (c->rpos < c->rlen) {
+            size_t n = MIN(len, c->rlen - c->rpos);
+            memcpy(dst, c->rbuf + c->rpos, n);
+            c->rpos += n;
+            dst += n;
+            len -= n;
+            continue;
+        }
+        if (len >= NBD_RBUF_SIZE / 2) {
+            /* Large payload: no point staging it. */
+            ssize_t n = nbd_conn_recv_some(c, dst, len);
+            if (n < 0) {
+                return (int)n;
+            }
+            dst += n;
+            len -= (size_t)n;
+            continue;
+        }
+        ssize_t n = nbd_conn_recv_some(c, c->rbuf, NBD_RBUF_SIZE);
+        if (n < 0) {
+            return (int)n;
+        }
+        c->rpos = 0;
+        c->rlen = (size_t)n;
+    }
+    return 0;
+}
+
+int nbd_conn_discard(struct nbd_conn *c, uint64_t len)
+{
+    uint8_t scratch[4096];
+
+    while (len > 0) {
+        size_t n = (size_t)MIN(len, (uint64_t)sizeof scratch);
+        int r = nbd_conn_recv(c, scratch, n);
+        if (r < 0) {
+            return r;
+        }
+        len -= n;
+    }
+    return 0;
+}
+
+int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
+{
+    while (iovcnt > 0) {
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+            n -= (ssize_t)iov->iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + n;
+            iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len)
+{
+    struct iovec iov = {(void *)buf, len};
+
+    return nbd_conn_send(c, &iov, 1);
+}
+
+void nbd_conn_kill(struct nbd_conn *c)
+{
+    atomic_store(&c->dead, true);
+    shutdown(c->fd, SHUT_RDWR);
+}

@@ -1,0 +1,138 @@
+/* nbd/internal.h: state shared by the server's files (server.c,
+ * listen.c, conn.c, handshake.c, transmission.c, reply.c, stats.c). */
+#ifndef DISKIMG_NBD_INTERNAL_H
+#define DISKIMG_NBD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/histogram.h"
+#include "protocol.h"
+#include "server.h"
+
+struct blk_image;
+
+#define NBD_MAX_LISTENERS 16
+#define NBD_MAX_OPTION_LEN (64u << 10) /* larger option payloads end the connection */
+#define NBD_RBUF_SIZE (64u << 10)      /* receive buffer per connection */
+#define NBD_META_MAX 4                 /* metadata contexts we may select */
+
+/* Metadata contexts the server offers (ids on the wire are index + 1). */
+enum nbd_meta_context { NBD_META_BASE_ALLOCATION, NBD_META_COUNT };
+
+struct nbd_export {
+    char *name;
+    char *description;
+    struct blk_image *img;
+    struct nbd_export *next;
+};
+
+struct nbd_cmd_stats {
+    _Atomic uint64_t count, errors, bytes;
+    struct histogram latency_ns;
+};
+
+struct nbd_stats {
+    struct nbd_cmd_stats cmd[NBD_CMD_COUNT + 1]; /* last slot: unknown commands */
+    _Atomic uint64_t fua_requests;
+    _Atomic uint64_t connections;
+    _Atomic uint64_t handshake_failures;
+    uint64_t start_ns;
+};
+
+struct nbd_conn;
+
+struct nbd_server {
+    struct nbd_server_config cfg;
+    struct nbd_export *exports;
+    int listen_fd[NBD_MAX_LISTENERS];
+    unsigned n_listen;
+    char *unix_path;  /* removed at exit */
+    int wake_pipe[2]; /* signal handlers and closing connections wake the accept loop */
+
+    pthread_mutex_t lock; /* protects the fields below */
+    pthread_cond_t conn_done;
+    struct nbd_conn *conns;
+    unsigned active;
+    unsigned next_conn_id;
+    bool had_client;
+    bool shutting_down;
+
+    struct nbd_stats stats;
+};
+
+/* One client connection.  Read side under read_lock, write side under
+ * write_lock; a request is read, run and answered by one worker thread. */
+struct nbd_conn {
+    struct nbd_server *srv;
+    int fd;
+    unsigned id;
+    char peer[128];
+    char log_ctx[32];
+
+    pthread_mutex_t read_lock;
+    uint8_t *rbuf;
+    size_t rpos, rlen;
+    uint64_t deadline_ns; /* handshake deadline, 0 = none */
+
+    pthread_mutex_t write_lock;
+
+    /* Negotiated during the handshake, read-only afterwards. */
+    struct nbd_export *exp;
+    bool structured;
+    bool no_zeroes;
+    uint16_t eflags;
+    bool meta_selected[NBD_META_COUNT];
+    char *meta_export; /* export the selection was made for */
+
+    /* Workers */
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    unsigned nthreads;
+    _Atomic unsigned waiting_readers;
+    _Atomic bool dead; /* no more requests are read */
+    uint64_t requests;
+
+    struct nbd_conn *next; /* in srv->conns */
+};
+
+/* conn.c: transport.  Return 0 or -errno (-ECONNRESET on end of stream). */
+int nbd_conn_recv(struct nbd_conn *c, void *buf, size_t len);
+int nbd_conn_discard(struct nbd_conn *c, uint64_t len);
+/* Caller holds write_lock (or is in the handshake, which is single-threaded). */
+int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt);
+int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len);
+void nbd_conn_kill(struct nbd_conn *c);
+
+/* handshake.c: returns 0 once in transmission phase, <0 to drop the client. */
+int nbd_handshake(struct nbd_conn *c);
+uint16_t nbd_export_flags(const struct nbd_conn *c, const struct nbd_export *exp);
+struct nbd_export *nbd_find_export(struct nbd_server *srv, const char *name);
+
+/* transmission.c: the worker loop; returns when the connection is done. */
+void nbd_transmission(struct nbd_conn *c);
+
+/* reply.c (caller does not hold write_lock) */
+int nbd_reply_simple(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err);
+int nbd_reply_error(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err, const char *msg);
+int nbd_reply_read(struct nbd_conn *c, uint64_t cookie, uint64_t off, const void *buf, uint32_t len,
+                   bool df);
+struct nbd_extent_list {
+    struct nbd_block_descriptor *desc; /* big-endian, ready to send */
+    uint32_t n, cap;
+};
+int nbd_reply_block_status(struct nbd_conn *c, uint64_t cookie, const uint32_t *ctx_ids,
+                           struct nbd_extent_list *lists, unsigned nlists);
+
+/* stats.c */
+void nbd_stats_record(struct nbd_stats *st, uint16_t cmd, bool error, uint64_t bytes,
+                      uint64_t latency_ns);
+
+/* server.c */
+void nbd_server_conn_finished(struct nbd_server *srv, struct nbd_conn *c);
+
+#endif

@@ -1,0 +1,39 @@
+/* nbd/server.h: the NBD server as seen by cmd/serve.c.  The server knows
+ * images only through block/block.h; it knows nothing of formats. */
+#ifndef DISKIMG_NBD_SERVER_H
+#define DISKIMG_NBD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct blk_image;
+struct nbd_server;
+
+struct nbd_server_config {
+    unsigned workers_per_conn;  /* requests in flight per connection (default 16) */
+    unsigned max_connections;   /* -e/--shared: 0 = unlimited (default 1, as qemu-nbd) */
+    bool persistent;            /* -t: keep serving after the last client leaves */
+    unsigned handshake_limit_s; /* 0 = no limit (default 10) */
+    const char *stats_file;     /* --stats: JSON written on SIGUSR1 and at exit */
+};
+
+int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg);
+/* The server does not own the image; it must outlive the server. */
+int nbd_server_add_export(struct nbd_server *srv, const char *name, const char *description,
+                          struct blk_image *img);
+/* Listen on a unix socket (created; removed again at exit). */
+int nbd_server_listen_unix(struct nbd_server *srv, const char *path);
+/* Listen on every address host (NULL = all) resolves to. */
+int nbd_server_listen_tcp(struct nbd_server *srv, const char *host, const char *port);
+/* Serve until asked to stop, or until the last client leaves when not
+ * persistent.  In-flight requests finish before it returns. */
+int nbd_server_run(struct nbd_server *srv);
+/* Async-signal-safe requests to the running server. */
+void nbd_server_signal_shutdown(struct nbd_server *srv);
+void nbd_server_signal_stats(struct nbd_server *srv);
+/* Human summary to f, and the JSON file when configured. */
+void nbd_server_report_stats(struct nbd_server *srv, FILE *f);
+void nbd_server_free(struct nbd_server *srv);
+
+#endif

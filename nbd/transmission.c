@@ -1,0 +1,468 @@
+/* nbd/transmission.c: phase 2, requests and replies.
+ *
+ * Workers of one connection take turns at the read side: a worker holds
+ * read_lock while it reads one request header and payload, releases it,
+ * runs the request on the block layer and sends the reply itself.  So
+ * many requests are in flight, replies go out in completion order, and
+ * queue depth 1 has no hand-off between threads.  Workers are started on
+ * demand, when a request arrives and no other worker is waiting to read.
+ *
+ * Every field is validated before the block layer is touched; an invalid
+ * write's payload is read and dropped so the stream stays in sync.  Only a
+ * bad magic or a broken stream ends the connection. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "handshake.h"
+#include "internal.h"
+#include "names.h"
+
+/* Worker buffers above this size are freed after the request. */
+#define WORKER_BUF_KEEP (1u << 20)
+/* Descriptors per BLOCK_STATUS reply (the spec asks for at most 2^20). */
+#define MAX_EXTENTS (1u << 16)
+
+struct nbd_worker {
+    struct nbd_conn *c;
+    void *buf;
+    size_t cap;
+};
+
+struct nbd_req {
+    uint16_t flags, type;
+    uint64_t cookie; /* opaque, kept in wire order */
+    uint64_t offset;
+    uint32_t count;
+    uint64_t start_ns;
+    /* Set by validation: the reply is this error, the request is not run. */
+    int err;
+    char msg[160];
+};
+
+static void *worker_buf(struct nbd_worker *w, size_t len)
+{
+    if (len > w->cap) {
+        void *p = NULL;
+        size_t cap = ROUND_UP(MAX(len, (size_t)65536), 4096);
+        if (posix_memalign(&p, 4096, cap) != 0) {
+            return NULL;
+        }
+        free(w->buf);
+        w->buf = p;
+        w->cap = cap;
+    }
+    return w->buf;
+}
+
+static void worker_buf_trim(struct nbd_worker *w)
+{
+    if (w->cap > WORKER_BUF_KEEP) {
+        free(w->buf);
+        w->buf = NULL;
+        w->cap = 0;
+    }
+}
+
+static int req_fail(struct nbd_req *req, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int req_fail(struct nbd_req *req, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req->msg, sizeof req->msg, fmt, ap);
+    va_end(ap);
+    req->err = err;
+    return err;
+}
+
+/* Flags each command accepts (FUA is accepted on any command when
+ * advertised, as the spec asks). */
+static uint16_t nbd_allowed_flags(const struct nbd_conn *c, uint16_t type)
+{
+    uint16_t f = NBD_CMD_FLAG_FUA;
+
+    switch (type) {
+    case NBD_CMD_READ:
+        return f | (c->structured ? NBD_CMD_FLAG_DF : 0);
+    case NBD_CMD_WRITE_ZEROES:
+        return f | NBD_CMD_FLAG_NO_HOLE |
+               ((c->eflags & NBD_FLAG_SEND_FAST_ZERO) ? NBD_CMD_FLAG_FAST_ZERO : 0);
+    case NBD_CMD_BLOCK_STATUS:
+        return f | NBD_CMD_FLAG_REQ_ONE;
+    default:
+        return f;
+    }
+}
+
+static bool nbd_any_meta(const struct nbd_conn *c)
+{
+    for (int m = 0; m < NBD_META_COUNT; m++) {
+        if (c->meta_selected[m]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Check a request against the spec and the export; on failure sets
+ * req->err (an errno) and req->msg. */
+static void nbd_validate(const struct nbd_conn *c, struct nbd_req *req)
+{
+    uint64_t size = blk_image_size(c->exp->img);
+    bool ro = c->eflags & NBD_FLAG_READ_ONLY;
+    const char *name = nbd_cmd_name(req->type);
+
+    if (req->type >= NBD_CMD_COUNT || req->type == NBD_CMD_RESIZE) {
+        req_fail(req, EINVAL, "unknown command %u", req->type);
+        return;
+    }
+    if (req->flags & ~nbd_allowed_flags(c, req->type)) {
+        req_fail(req, EINVAL, "%s: flags 0x%x are not valid here", name,
+                 req->flags & ~nbd_allowed_flags(c, req->type));
+        return;
+    }
+    switch (req->type) {
+    case NBD_CMD_WRITE:
+    case NBD_CMD_TRIM:
+    case NBD_CMD_WRITE_ZEROES:
+        if (ro) {
+            req_fail(req, EPERM, "%s: the export is read-only", name);
+            return;
+        }
+        break;
+    case NBD_CMD_BLOCK_STATUS:
+        if (!c->structured || !nbd_any_meta(c)) {
+            req_fail(req, EINVAL, "%s: no metadata context was negotiated", name);
+            return;
+        }
+        if (req->count == 0) {
+            req_fail(req, EINVAL, "%s: zero length", name);
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+    if (req->type == NBD_CMD_READ && req->count > NBD_MAX_PAYLOAD) {
+        req_fail(req, EOVERFLOW, "%s: %" PRIu32 " bytes exceed the maximum of %u", name, req->count,
+                 NBD_MAX_PAYLOAD);
+        return;
+    }
+    if (req->type == NBD_CMD_WRITE && req->count > NBD_MAX_PAYLOAD) {
+        req_fail(req, EINVAL, "%s: %" PRIu32 " bytes exceed the maximum of %u", name, req->count,
+                 NBD_MAX_PAYLOAD);
+        return;
+    }
+    if (req->type == NBD_CMD_FLUSH || req->type == NBD_CMD_DISC) {
+        return; /* offset and length are reserved */
+    }
+    if (req->offset > size || req->count > size - req->offset) {
+        bool write = req->type == NBD_CMD_WRITE || req->type == NBD_CMD_WRITE_ZEROES;
+        req_fail(req, write ? ENOSPC : EINVAL,
+                 "%s: %" PRIu64 "+%" PRIu32 " is beyond the end of the export (%" PRIu64 ")", name,
+                 req->offset, req->count, size);
+    }
+}
+
+/* Reads one request and its payload.  Caller holds read_lock.
+ * Returns 0, or <0 when the connection must end. */
+static int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload)
+{
+    struct nbd_conn *c = w->c;
+    struct nbd_request h;
+    int r = nbd_conn_recv(c, &h, sizeof h);
+
+    if (r < 0) {
+        return r;
+    }
+    req->start_ns = clock_ns();
+    if (be32toh(h.magic) != NBD_REQUEST_MAGIC) {
+        log_error("bad request magic 0x%08" PRIx32 ", closing the connection", be32toh(h.magic));
+        return -EPROTO;
+    }
+    req->flags = be16toh(h.flags);
+    req->type = be16toh(h.type);
+    req->cookie = h.cookie;
+    req->offset = be64toh(h.offset);
+    req->count = be32toh(h.count);
+    req->err = 0;
+    req->msg[0] = '\0';
+    *payload = NULL;
+    nbd_validate(c, req);
+    if (req->type != NBD_CMD_WRITE) {
+        return 0;
+    }
+    if (req->err) {
+        return nbd_conn_discard(c, req->count);
+    }
+    *payload = worker_buf(w, req->count);
+    if (!*payload) {
+        req_fail(req, ENOMEM, "%s: no memory for %" PRIu32 " bytes", nbd_cmd_name(req->type),
+                 req->count);
+        return nbd_conn_discard(c, req->count);
+    }
+    return nbd_conn_recv(c, *payload, req->count);
+}
+
+/* Append one extent, merging it into the previous one when the status is
+ * the same.  Lengths fit: together they never exceed the request's 32-bit
+ * count.  Returns false when the list is full. */
+static bool extent_add(struct nbd_extent_list *l, uint32_t len, uint32_t flags)
+{
+    if (l->n > 0 && be32toh(l->desc[l->n - 1].status_flags) == flags) {
+        l->desc[l->n - 1].length = htobe32(be32toh(l->desc[l->n - 1].length) + len);
+        return true;
+    }
+    if (l->n == l->cap) {
+        return false;
+    }
+    l->desc[l->n++] = (struct nbd_block_descriptor){htobe32(len), htobe32(flags)};
+    return true;
+}
+
+static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
+{
+    struct nbd_conn *c = w->c;
+    bool one = req->flags & NBD_CMD_FLAG_REQ_ONE;
+    uint32_t cap = one ? 1 : MAX_EXTENTS;
+    struct nbd_extent_list list = {.cap = cap};
+    uint32_t ctx_id = nbd_meta_id(NBD_META_BASE_ALLOCATION);
+    uint64_t pos = req->offset, end = req->offset + req->count;
+    int r = 0;
+
+    list.desc = malloc(sizeof *list.desc * cap);
+    if (!list.desc) {
+        return err_set(ENOMEM, "block status");
+    }
+    while (pos < end) {
+        struct blk_extent ext;
+        r = blk_image_block_status(c->exp->img, pos, end - pos, &ext);
+        if (r < 0) {
+            break;
+        }
+        uint32_t flags = ((ext.flags & BLK_EXT_DATA) ? 0 : NBD_STATE_HOLE) |
+                         ((ext.flags & BLK_EXT_ZERO) ? NBD_STATE_ZERO : 0);
+        if (!extent_add(&list, (uint32_t)ext.length, flags)) {
+            break;
+        }
+        pos += ext.length;
+        if (one) {
+            break;
+        }
+    }
+    if (r == 0 && list.n == 0) {
+        r = err_setx(EIO, "block status returned nothing");
+    }
+    if (r == 0) {
+        r = nbd_reply_block_status(c, req->cookie, &ctx_id, &list, 1);
+        if (r < 0) {
+            r = 1; /* reply failed: connection is gone, nothing more to send */
+        }
+    }
+    free(list.desc);
+    return r;
+}
+
+/* Runs a validated request.  Returns 0 when the reply was sent, 1 when
+ * sending failed, <0 (an errno, message set) when an error reply is due. */
+static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payload)
+{
+    struct nbd_conn *c = w->c;
+    struct blk_image *img = c->exp->img;
+    unsigned fua = (req->flags & NBD_CMD_FLAG_FUA) ? BLK_REQ_FUA : 0;
+    int r;
+
+    switch (req->type) {
+    case NBD_CMD_READ: {
+        void *buf = worker_buf(w, req->count);
+        if (!buf) {
+            return err_set(ENOMEM, "read of %" PRIu32 " bytes", req->count);
+        }
+        r = blk_image_pread(img, req->offset, buf, req->count);
+        if (r < 0) {
+            return r;
+        }
+        return nbd_reply_read(c, req->cookie, req->offset, buf, req->count,
+                              req->flags & NBD_CMD_FLAG_DF) < 0;
+    }
+    case NBD_CMD_WRITE:
+        r = blk_image_pwrite(img, req->offset, payload, req->count, fua);
+        break;
+    case NBD_CMD_FLUSH:
+        r = blk_image_flush(img);
+        break;
+    case NBD_CMD_TRIM:
+        r = blk_image_discard(img, req->offset, req->count, fua);
+        break;
+    case NBD_CMD_WRITE_ZEROES: {
+        unsigned f = fua;
+        if (!(req->flags & NBD_CMD_FLAG_NO_HOLE)) {
+            f |= BLK_REQ_MAY_UNMAP;
+        }
+        if (req->flags & NBD_CMD_FLAG_FAST_ZERO) {
+            f |= BLK_REQ_NO_FALLBACK;
+        }
+        r = blk_image_pwrite_zeroes(img, req->offset, req->count, f);
+        break;
+    }
+    case NBD_CMD_CACHE:
+        r = blk_image_prefetch(img, req->offset, req->count);
+        break;
+    case NBD_CMD_BLOCK_STATUS:
+        return nbd_do_block_status(w, req);
+    default:
+        return err_setx(EINVAL, "unknown command %u", req->type);
+    }
+    if (r < 0) {
+        return r;
+    }
+    return nbd_reply_simple(c, req->cookie, 0) < 0;
+}
+
+static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *payload)
+{
+    struct nbd_conn *c = w->c;
+    int r;
+
+    if (req->err) {
+        r = -req->err;
+        err_setx(req->err, "%s", req->msg);
+    } else {
+        err_clear();
+        r = nbd_run_request(w, req, payload);
+    }
+    if (r < 0) {
+        /* Only FAST_ZERO may see ENOTSUP; anything else is an I/O error. */
+        int e = -r;
+        if (e == ENOTSUP && !(req->flags & NBD_CMD_FLAG_FAST_ZERO)) {
+            e = EIO;
+        }
+        uint32_t wire = nbd_errno_to_wire(e);
+        const char *msg = err_msg_or(r);
+        if (debug_nbd_requests || (wire != NBD_EINVAL && wire != NBD_ENOSPC && wire != NBD_EPERM &&
+                                   wire != NBD_ENOTSUP && wire != NBD_EOVERFLOW)) {
+            log_error("%s: %s", nbd_cmd_name(req->type), msg);
+        }
+        (void)nbd_reply_error(c, req->cookie, wire, msg);
+    }
+    if (req->flags & NBD_CMD_FLAG_FUA) {
+        atomic_fetch_add_explicit(&c->srv->stats.fua_requests, 1, memory_order_relaxed);
+    }
+    uint64_t bytes =
+        (req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) && r >= 0 ? req->count : 0;
+    nbd_stats_record(&c->srv->stats, req->type, r < 0, bytes, clock_ns() - req->start_ns);
+}
+
+static void *nbd_worker_main(void *arg);
+
+/* Start one more worker if none is waiting to read (caller holds read_lock). */
+static void nbd_maybe_spawn(struct nbd_conn *c)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+
+    if (atomic_load(&c->waiting_readers) > 0) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (c->nthreads >= c->srv->cfg.workers_per_conn) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    c->nthreads++;
+    pthread_mutex_unlock(&c->lock);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 512 * 1024);
+    if (pthread_create(&t, &attr, nbd_worker_main, c) != 0) {
+        pthread_mutex_lock(&c->lock);
+        c->nthreads--;
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void nbd_worker_loop(struct nbd_conn *c)
+{
+    struct nbd_worker w = {.c = c};
+
+    log_set_context(c->log_ctx);
+    for (;;) {
+        struct nbd_req req;
+        void *payload = NULL;
+        int r;
+
+        atomic_fetch_add(&c->waiting_readers, 1);
+        pthread_mutex_lock(&c->read_lock);
+        atomic_fetch_sub(&c->waiting_readers, 1);
+        if (atomic_load(&c->dead)) {
+            pthread_mutex_unlock(&c->read_lock);
+            break;
+        }
+        r = nbd_read_request(&w, &req, &payload);
+        if (r < 0 || req.type == NBD_CMD_DISC) {
+            if (r < 0 && r != -ECONNRESET && r != -EPROTO) {
+                log_debug("connection read failed: %s", strerror(-r));
+            }
+            /* No more requests: the others finish what they run. */
+            atomic_store(&c->dead, true);
+            pthread_mutex_unlock(&c->read_lock);
+            break;
+        }
+        c->requests++;
+        if (debug_nbd_requests) {
+            log_debug("%s flags=0x%x offset=%" PRIu64 " count=%" PRIu32, nbd_cmd_name(req.type),
+                      req.flags, req.offset, req.count);
+        }
+        nbd_maybe_spawn(c);
+        pthread_mutex_unlock(&c->read_lock);
+        nbd_finish_request(&w, &req, payload);
+        worker_buf_trim(&w);
+    }
+    free(w.buf);
+}
+
+static void nbd_worker_exit(struct nbd_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->nthreads--;
+    pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void *nbd_worker_main(void *arg)
+{
+    struct nbd_conn *c = arg;
+
+    nbd_worker_loop(c);
+    nbd_worker_exit(c);
+    return NULL;
+}
+
+void nbd_transmission(struct nbd_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->nthreads++;
+    pthread_mutex_unlock(&c->lock);
+    nbd_worker_loop(c);
+    /* Wait for the other workers: they finish in-flight requests and
+     * reply before the connection is closed. */
+    pthread_mutex_lock(&c->lock);
+    c->nthreads--;
+    while (c->nthreads > 0) {
+        pthread_cond_wait(&c->idle, &c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
