@@ -69,6 +69,7 @@ struct blk_node *blk_node_child(const struct blk_node *n);
 
 struct blk_image_opts {
     const char *filename;
+    const char *protocol; /* NULL: "file" */
     const char *format; /* NULL: probe */
     enum blk_cache_mode cache;
     enum blk_aio aio;

@@ -68,14 +68,15 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .size = opts->size,
         .size_set = opts->size_set,
     };
-    const struct blk_driver *file_drv = blk_find_driver("file");
+    const char *protocol = opts->protocol ? opts->protocol : "file";
+    const struct blk_driver *file_drv = blk_find_driver(protocol);
     const struct blk_driver *fmt;
     struct blk_node *file = NULL, *root = NULL;
     struct blk_image *img;
     int r;
 
-    if (!file_drv) {
-        return err_setx(ENOTSUP, "no file protocol driver");
+    if (!file_drv || file_drv->is_format) {
+        return err_setx(ENOTSUP, "unknown protocol driver '%s'", protocol);
     }
     r = blk_node_open(&file, file_drv, NULL, &o);
     if (r < 0) {

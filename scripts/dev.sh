@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# scripts/dev.sh: the two set-up commands of README.md, and their parts.
+#
+#   scripts/dev.sh demo    install what is missing, build, and serve a fresh
+#                          demo image on /tmp/diskimg.sock (Ctrl-C stops it)
+#   scripts/dev.sh test    install what is missing, build (plain and
+#                          ASan+UBSan), run every test in both builds
+#   scripts/dev.sh deps | build | build-san    the steps alone
+#
+# Debian 12; installing needs root (sudo is used when not root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Everything the build, the tests and the benchmarks use.
+PACKAGES=(
+    meson ninja-build pkg-config gcc clang clang-format
+    zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev
+    bats bats-assert bats-support
+    qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
+    socat procps psmisc util-linux coreutils
+)
+
+install_deps() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    echo "dev.sh: installing ${missing[*]}"
+    local sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build() {
+    [[ -f build/build.ninja ]] || meson setup build
+    ninja -C build
+}
+
+build_san() {
+    [[ -f build-san/build.ninja ]] || meson setup build-san -Dbuildtype=debug \
+        -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dc_args=-fno-sanitize-recover=all
+    ninja -C build-san
+}
+
+run_tests() {
+    export DISKIMG_TEST_STRICT=1
+    # halt_on_error: a sanitizer report fails the test that caused it.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+    meson test -C build --print-errorlogs --num-processes 2
+    meson test -C build-san --print-errorlogs --num-processes 2 --timeout-multiplier 3
+}
+
+demo() {
+    local sock=${DISKIMG_DEMO_SOCKET:-/tmp/diskimg.sock}
+    mkdir -p demo
+    rm -f demo/demo.img
+    truncate -s 1G demo/demo.img
+    echo "dev.sh: serving a fresh 1 GiB demo image, demo/demo.img, on $sock"
+    echo "dev.sh: try  nbdinfo 'nbd+unix:///?socket=$sock'  (Ctrl-C stops the server)"
+    exec build/cmd/diskimg serve -t -f raw -k "$sock" demo/demo.img
+}
+
+case "${1:-}" in
+    demo) install_deps; build; demo ;;
+    test) install_deps; build; build_san; run_tests ;;
+    deps) install_deps ;;
+    build) build ;;
+    build-san) build_san ;;
+    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+esac

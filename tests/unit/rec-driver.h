@@ -1,0 +1,30 @@
+/* tests/unit/rec-driver.h: "rec", a protocol driver for tests that keeps
+ * its data in memory and records every call the generic layer makes to it,
+ * with the flags it passed.  Its capabilities come from the filename:
+ * "size=N,fua=0|1,zero=0|1,unmap=0|1,fastzero=0|1,align=N,flushdelay=US,
+ *  fuaeopnotsupp=0|1". */
+#ifndef DISKIMG_TESTS_REC_DRIVER_H
+#define DISKIMG_TESTS_REC_DRIVER_H
+
+#include <stdint.h>
+
+enum rec_op { REC_READ, REC_WRITE, REC_ZERO, REC_DISCARD, REC_FLUSH };
+
+struct rec_call {
+    enum rec_op op;
+    uint64_t off, len;
+    unsigned flags;
+};
+
+#define REC_MAX_CALLS 4096
+
+/* Calls recorded since the last rec_reset(), across all rec nodes. */
+extern struct rec_call rec_calls[REC_MAX_CALLS];
+extern unsigned rec_ncalls;
+
+void rec_reset(void);
+unsigned rec_count(enum rec_op op);
+/* The in-memory contents of the most recently opened rec node. */
+uint8_t *rec_data(void);
+
+#endif

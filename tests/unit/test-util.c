@@ -1,0 +1,178 @@
+/* tests/unit/test-util.c: pure helpers in common/ and nbd/names.c. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/histogram.h"
+#include "common/json.h"
+#include "common/util.h"
+#include "nbd/names.h"
+#include "nbd/protocol.h"
+
+CHECK_GLOBALS
+
+static void test_parse_size(void)
+{
+    static const struct {
+        const char *in;
+        int ret;
+        uint64_t out;
+    } rows[] = {
+        {"0", 0, 0},
+        {"4096", 0, 4096},
+        {"1k", 0, 1024},
+        {"1K", 0, 1024},
+        {"64KiB", 0, 65536},
+        {"64KB", 0, 65536},
+        {"1M", 0, 1 << 20},
+        {"1.5G", 0, 3ULL << 29},
+        {"2T", 0, 2ULL << 40},
+        {"1E", 0, 1ULL << 60},
+        {"512b", 0, 512},
+        {"16E", -ERANGE, 0},
+        {"99999999999999999999", -ERANGE, 0},
+        {"", -EINVAL, 0},
+        {"-1", -EINVAL, 0},
+        {"1x", -EINVAL, 0},
+        {"1.5", -EINVAL, 0},
+        {"1MM", -EINVAL, 0},
+        {"k", -EINVAL, 0},
+        {"1.G", -EINVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint64_t v = 12345;
+        int r = parse_size(rows[i].in, &v);
+        if (r != rows[i].ret || (r == 0 && v != rows[i].out)) {
+            fprintf(stderr, "parse_size(\"%s\") = %d, %llu\n", rows[i].in, r,
+                    (unsigned long long)v);
+            CHECK(0);
+        }
+    }
+}
+
+static void test_parse_uint_bool(void)
+{
+    uint64_t v;
+    bool b;
+
+    CHECK_EQ(parse_uint("10809", 1, 65535, &v), 0);
+    CHECK_EQ(v, 10809);
+    CHECK_EQ(parse_uint("0", 1, 65535, &v), -ERANGE);
+    CHECK_EQ(parse_uint("70000", 1, 65535, &v), -ERANGE);
+    CHECK_EQ(parse_uint("12a", 1, 65535, &v), -EINVAL);
+    CHECK_EQ(parse_uint("", 0, 1, &v), -EINVAL);
+    CHECK_EQ(parse_bool("on", &b), 0);
+    CHECK(b);
+    CHECK_EQ(parse_bool("OFF", &b), 0);
+    CHECK(!b);
+    CHECK_EQ(parse_bool("maybe", &b), -EINVAL);
+}
+
+static void test_buffer_is_zero(void)
+{
+    static uint8_t buf[8192];
+
+    CHECK(buffer_is_zero(buf, sizeof buf));
+    CHECK(buffer_is_zero(buf, 0));
+    CHECK(buffer_is_zero(buf, 7));
+    size_t probes[] = {0, 1, 15, 16, 17, 4095, 4096, 8191};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        buf[probes[i]] = 1;
+        CHECK(!buffer_is_zero(buf, sizeof buf));
+        CHECK(buffer_is_zero(buf + probes[i] + 1, sizeof buf - probes[i] - 1));
+        buf[probes[i]] = 0;
+    }
+}
+
+static void test_iov(void)
+{
+    char a[3] = "abc", b[4] = "defg", out[7];
+    struct iovec iov[2] = {{a, 3}, {b, 4}}, slice[2];
+
+    CHECK_EQ(iov_length(iov, 2), 7);
+    CHECK_EQ(iov_to_buf(iov, 2, 2, out, 4), 4);
+    CHECK(memcmp(out, "cdef", 4) == 0);
+    CHECK_EQ(iov_from_buf(iov, 2, 1, "XYZ", 3), 3);
+    CHECK(memcmp(a, "aXY", 3) == 0 && b[0] == 'Z');
+    CHECK_EQ(iov_slice(iov, 2, 2, 3, slice, 2), 2);
+    CHECK_EQ(slice[0].iov_len, 1);
+    CHECK_EQ(slice[1].iov_len, 2);
+    CHECK_EQ(iov_slice(iov, 2, 0, 7, slice, 1), -1);
+    iov_memset(iov, 2, 1, 0, 5);
+    CHECK(a[0] == 'a' && a[1] == 0 && b[2] == 0 && b[3] == 'g');
+}
+
+static void test_histogram(void)
+{
+    static struct histogram h;
+
+    CHECK_EQ(hist_quantile(&h, 0.5), 0);
+    for (uint64_t v = 1; v <= 1000; v++) {
+        hist_record(&h, v * 1000);
+    }
+    uint64_t p50 = hist_quantile(&h, 0.5), p99 = hist_quantile(&h, 0.99);
+    /* within the histogram's 12.5% bucket width */
+    CHECK(p50 >= 500000 && p50 <= 500000 * 1.13);
+    CHECK(p99 >= 990000 && p99 <= 1000000);
+    CHECK_EQ(hist_quantile(&h, 1.0), 1000000);
+    CHECK_EQ(hist_mean(&h), 500500);
+}
+
+static void test_json(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    struct json_writer w;
+
+    json_init(&w, f, false);
+    json_begin_object(&w, NULL);
+    json_str(&w, "name", "a\"b\\c\n");
+    json_uint(&w, "size", 1024);
+    json_begin_array(&w, "list");
+    json_bool(&w, NULL, true);
+    json_int(&w, NULL, -1);
+    json_end_array(&w);
+    json_begin_object(&w, "empty");
+    json_end_object(&w);
+    json_end_object(&w);
+    json_finish(&w);
+    fclose(f);
+    CHECK(strcmp(text, "{\n    \"name\": \"a\\\"b\\\\c\\n\",\n    \"size\": 1024,\n"
+                       "    \"list\": [\n        true,\n        -1\n    ],\n"
+                       "    \"empty\": {}\n}\n") == 0);
+    free(text);
+}
+
+static void test_nbd_errno(void)
+{
+    CHECK_EQ(nbd_errno_to_wire(0), 0);
+    CHECK_EQ(nbd_errno_to_wire(ENOSPC), NBD_ENOSPC);
+    CHECK_EQ(nbd_errno_to_wire(EDQUOT), NBD_ENOSPC);
+    CHECK_EQ(nbd_errno_to_wire(EFBIG), NBD_ENOSPC);
+    CHECK_EQ(nbd_errno_to_wire(EROFS), NBD_EPERM);
+    CHECK_EQ(nbd_errno_to_wire(EPERM), NBD_EPERM);
+    CHECK_EQ(nbd_errno_to_wire(EINVAL), NBD_EINVAL);
+    CHECK_EQ(nbd_errno_to_wire(EOVERFLOW), NBD_EOVERFLOW);
+    CHECK_EQ(nbd_errno_to_wire(ENOTSUP), NBD_ENOTSUP);
+    CHECK_EQ(nbd_errno_to_wire(ESHUTDOWN), NBD_ESHUTDOWN);
+    CHECK_EQ(nbd_errno_to_wire(ENOMEM), NBD_ENOMEM);
+    CHECK_EQ(nbd_errno_to_wire(EBADF), NBD_EIO);
+    CHECK(strcmp(nbd_cmd_name(NBD_CMD_WRITE_ZEROES), "NBD_CMD_WRITE_ZEROES") == 0);
+    CHECK(strcmp(nbd_cmd_name(999), "unknown command") == 0);
+    CHECK(strcmp(nbd_opt_name(NBD_OPT_GO), "NBD_OPT_GO") == 0);
+    CHECK(strcmp(nbd_rep_name(NBD_REP_ERR_UNSUP), "NBD_REP_ERR_UNSUP") == 0);
+}
+
+int main(void)
+{
+    RUN(test_parse_size);
+    RUN(test_parse_uint_bool);
+    RUN(test_buffer_is_zero);
+    RUN(test_iov);
+    RUN(test_histogram);
+    RUN(test_json);
+    RUN(test_nbd_errno);
+    return check_exit();
+}
