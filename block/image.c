@@ -75,6 +75,10 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     struct blk_image *img;
     int r;
 
+    if (opts->detect_zeroes == BLK_DETECT_ZEROES_UNMAP && opts->discard != BLK_DISCARD_UNMAP) {
+        /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
+        return err_setx(EINVAL, "detect-zeroes=unmap requires discard=unmap");
+    }
     if (!file_drv || file_drv->is_format) {
         return err_setx(ENOTSUP, "unknown protocol driver '%s'", protocol);
     }
@@ -169,11 +173,23 @@ int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len
     return blk_pread(img->root, off, buf, len);
 }
 
-static unsigned blk_image_zero_flags(const struct blk_image *img, unsigned flags)
+/* FUA as the cache mode wants it: added to every write by writethrough
+ * and directsync, removed by unsafe (which ignores every request for
+ * durability, FLUSH and FUA alike, as qemu's cache=unsafe does). */
+static unsigned blk_image_fua(const struct blk_image *img, unsigned flags)
 {
     if (img->writethrough) {
         flags |= BLK_REQ_FUA;
     }
+    if (img->cache == BLK_CACHE_UNSAFE) {
+        flags &= ~(unsigned)BLK_REQ_FUA;
+    }
+    return flags;
+}
+
+static unsigned blk_image_zero_flags(const struct blk_image *img, unsigned flags)
+{
+    flags = blk_image_fua(img, flags);
     if (img->discard == BLK_DISCARD_IGNORE) {
         flags &= ~(unsigned)BLK_REQ_MAY_UNMAP;
     }
@@ -183,9 +199,7 @@ static unsigned blk_image_zero_flags(const struct blk_image *img, unsigned flags
 int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,
                      unsigned flags)
 {
-    if (img->writethrough) {
-        flags |= BLK_REQ_FUA;
-    }
+    flags = blk_image_fua(img, flags);
     if (img->detect_zeroes != BLK_DETECT_ZEROES_OFF && len && buffer_is_zero(buf, len)) {
         unsigned zflags = flags & BLK_REQ_FUA;
         if (img->detect_zeroes == BLK_DETECT_ZEROES_UNMAP) {
@@ -218,7 +232,7 @@ int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigne
         return 0;
     }
     r = blk_discard(img->root, off, len);
-    if (r == 0 && (flags & BLK_REQ_FUA)) {
+    if (r == 0 && (blk_image_fua(img, flags) & BLK_REQ_FUA)) {
         r = blk_flush(img->root);
     }
     return r;

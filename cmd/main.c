@@ -36,7 +36,7 @@ static void usage(FILE *f)
                "       diskimg help [SUBCOMMAND]\n"
                "       diskimg --version\n"
                "\n"
-               "Disk image tool and NBD server for raw and qcow2 images.\n"
+               "Disk image tool and NBD server.\n"
                "\n"
                "Subcommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

@@ -75,10 +75,11 @@ static void serve_usage(FILE *f)
         "                           in S seconds, 0 = never (default %d)\n"
         "      --fork               run in the background once the socket is ready\n"
         "      --pid-file=PATH      write the server's process id to PATH\n"
-        "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and exit\n"
+        "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
         "  -v, --verbose            log more (repeat for more)\n"
         "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
         "  -h, --help               this help\n"
+        "  -V, --version            the version\n"
         "\n"
         "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
         "stop accepting clients, finish requests in flight, flush and exit 0.\n"
@@ -176,6 +177,7 @@ enum {
 
 static const struct option serve_long_opts[] = {
     {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
     {"socket", required_argument, NULL, 'k'},
     {"bind", required_argument, NULL, 'b'},
     {"port", required_argument, NULL, 'p'},
@@ -209,11 +211,19 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
     uint64_t v;
     int c;
 
-    while ((c = getopt_long(argc, argv, "hk:b:p:f:x:D:ro:ne:tv", serve_long_opts, NULL)) != -1) {
+    opterr = 0; /* our own messages, in our own format */
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:ro:ne:tv", serve_long_opts, NULL)) != -1) {
         switch (c) {
         case 'h':
             serve_usage(stdout);
             return -1;
+        case 'V':
+            printf("diskimg %s\n", DISKIMG_VERSION);
+            return -1;
+        case ':':
+            return cmd_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
+        case '?':
+            return cmd_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
         case 'k':
             o->socket_path = optarg;
             break;
@@ -321,7 +331,7 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
             log_verbosity = log_verbosity ? log_verbosity : 1;
             break;
         default:
-            return cmd_usage_error("serve", "invalid option");
+            return cmd_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind + 1 != argc) {
@@ -338,6 +348,9 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
     }
     if (o->socket_path && (o->bind_addr || o->port)) {
         return cmd_usage_error("serve", "--socket cannot be combined with --bind or --port");
+    }
+    if (o->img.detect_zeroes == BLK_DETECT_ZEROES_UNMAP && o->img.discard != BLK_DISCARD_UNMAP) {
+        return cmd_usage_error("serve", "--detect-zeroes=unmap requires --discard=unmap");
     }
     if (!blk_aio_available(o->img.aio)) {
         return cmd_usage_error("serve", "--aio=%s: not built into this diskimg",
@@ -483,6 +496,9 @@ static int serve_run(int argc, char **argv)
         ready_fd = -1;
     }
     r = nbd_server_run(srv);
+    if (r == 0 && !o.img.read_only) {
+        r = blk_image_flush(img); /* before the statistics, so they count it */
+    }
     nbd_server_report_stats(srv, stderr);
     status = r < 0 ? EXIT_ERROR : EXIT_OK;
 

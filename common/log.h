@@ -14,7 +14,7 @@ enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBU
 extern int log_verbosity; /* 0 = errors/warnings/info, 1+ = debug */
 extern const char *log_progname;
 
-/* Developer debug flags (-D name=1); plain globals, no cost when off. */
+/* Developer debug flags (--debug=name=1); plain globals, no cost when off. */
 extern int debug_block_trace;  /* log every driver call with its flags */
 extern int debug_nbd_requests; /* log every NBD request */
 

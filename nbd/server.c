@@ -140,10 +140,15 @@ static void *nbd_conn_main(void *arg)
     r = nbd_handshake(c);
     c->deadline_ns = 0;
     if (r == 0) {
+        /* Like qemu-nbd, only a client that got an export counts for
+         * exiting after the last one leaves (listings and probes do not). */
+        pthread_mutex_lock(&srv->lock);
+        srv->had_client = true;
+        pthread_mutex_unlock(&srv->lock);
         log_info("export '%s'%s", c->exp->name, c->structured ? ", structured replies" : "");
         nbd_transmission(c);
         log_info("closed after %" PRIu64 " request(s)", c->requests);
-    } else {
+    } else if (r != -ECONNABORTED) { /* NBD_OPT_ABORT is a clean goodbye */
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
         log_info("handshake ended: %s", r == -ETIMEDOUT ? "time limit reached" : strerror(-r));
     }
@@ -203,7 +208,6 @@ static void nbd_accept_one(struct nbd_server *srv, int lfd)
     c->next = srv->conns;
     srv->conns = c;
     srv->active++;
-    srv->had_client = true;
     pthread_mutex_unlock(&srv->lock);
     atomic_fetch_add(&srv->stats.connections, 1);
 

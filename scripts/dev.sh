@@ -17,7 +17,7 @@ PACKAGES=(
     zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
-    socat procps psmisc util-linux coreutils
+    socat jq procps psmisc util-linux coreutils groff-base mandoc
 )
 
 install_deps() {

@@ -137,6 +137,25 @@ static void test_unsafe_drops_flushes(void)
     CHECK_EQ(rec_count(REC_FLUSH), 0);
     CHECK_EQ(blk_image_close(img), 0);
     CHECK_EQ(rec_count(REC_FLUSH), 0);
+
+    /* Native FUA is not used either: unsafe ignores durability requests. */
+    img = open_rec("fua=1", BLK_CACHE_UNSAFE);
+    CHECK_EQ(blk_image_pwrite(img, 0, buf, sizeof buf, BLK_REQ_FUA), 0);
+    CHECK_EQ(blk_image_pwrite_zeroes(img, 0, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(blk_image_discard(img, 0, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(writes_with(BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_count(REC_FLUSH), 0);
+    blk_image_close(img);
+}
+
+static void test_detect_zeroes_unmap_needs_discard(void)
+{
+    struct blk_image_opts o = {.filename = "", .protocol = "rec", .format = "raw",
+                               .detect_zeroes = BLK_DETECT_ZEROES_UNMAP,
+                               .discard = BLK_DISCARD_IGNORE};
+    struct blk_image *img = NULL;
+
+    CHECK_EQ(blk_image_open(&img, &o), -EINVAL);
 }
 
 static void test_close_flushes(void)
@@ -420,6 +439,7 @@ int main(void)
     RUN(test_writeback_plain_write);
     RUN(test_writethrough_adds_fua);
     RUN(test_unsafe_drops_flushes);
+    RUN(test_detect_zeroes_unmap_needs_discard);
     RUN(test_close_flushes);
     RUN(test_flags_masked);
     RUN(test_zero_fallback);
