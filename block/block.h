@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 
 enum blk_req_flags {
@@ -41,7 +42,9 @@ enum blk_extent_flags {
 struct blk_extent {
     uint64_t length;
     unsigned flags;
-    uint64_t offset;
+    uint64_t offset;      /* with BLK_EXT_OFFSET */
+    uint32_t depth;       /* layer of the chain that holds it: 1 = top, 0 = none */
+    const char *filename; /* file 'offset' refers to (valid while open) */
 };
 
 struct blk_node;
@@ -70,7 +73,7 @@ struct blk_node *blk_node_child(const struct blk_node *n);
 struct blk_image_opts {
     const char *filename;
     const char *protocol; /* NULL: "file" */
-    const char *format; /* NULL: probe */
+    const char *format;   /* NULL: probe */
     enum blk_cache_mode cache;
     enum blk_aio aio;
     bool read_only;
@@ -80,6 +83,10 @@ struct blk_image_opts {
     uint64_t offset;
     uint64_t size;
     bool size_set;
+    /* qcow2 */
+    const char *snapshot;    /* -l: an internal snapshot, read-only */
+    uint64_t l2_cache_bytes; /* 0 = default (enough for the whole image, at most 32 MiB) */
+    bool no_backing;         /* metadata only: leave the backing file closed */
 };
 
 struct blk_image;
@@ -127,6 +134,28 @@ bool blk_cache_mode_direct(enum blk_cache_mode m);
 bool blk_cache_mode_writethrough(enum blk_cache_mode m);
 /* Is io_uring compiled in? */
 bool blk_aio_available(enum blk_aio a);
+
+/* ---- Consistency check (qemu-img check) ---- */
+
+enum blk_repair { BLK_REPAIR_NONE, BLK_REPAIR_LEAKS, BLK_REPAIR_ALL };
+
+struct blk_check_result {
+    uint64_t corruptions;  /* found */
+    uint64_t leaks;        /* found */
+    uint64_t check_errors; /* the check itself could not complete */
+    uint64_t corruptions_fixed;
+    uint64_t leaks_fixed;
+    uint64_t allocated_clusters;
+    uint64_t total_clusters;
+    uint64_t fragmented_clusters;
+    uint64_t compressed_clusters;
+    uint64_t image_end_offset;
+};
+
+/* Check the image's format; each problem is a line on report (may be
+ * NULL).  -ENOTSUP: the format has no check (raw). */
+int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,
+                    struct blk_check_result *res);
 
 /* ---- Statistics ---- */
 

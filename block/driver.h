@@ -9,11 +9,19 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "block.h"
 
 struct blk_node;
+
+/* Files above a node in a backing chain, for loop detection. */
+struct blk_chain {
+    dev_t dev;
+    ino_t ino;
+    const struct blk_chain *up;
+};
 
 /* What a driver's open receives.  Protocol drivers get the filename;
  * format drivers get their child in n->file, already open. */
@@ -27,6 +35,13 @@ struct blk_open_opts {
     uint64_t size;
     bool size_set;
     bool probed; /* the format was guessed, not named (-f) */
+    /* qcow2 */
+    const char *snapshot;          /* open this internal snapshot, read-only */
+    uint64_t l2_cache_bytes;       /* 0 = default */
+    bool no_backing;               /* do not open the backing file (info) */
+    bool no_flush;                 /* cache=unsafe: protocol flushes are no-ops */
+    unsigned depth;                /* position in a backing chain, 0 = top */
+    const struct blk_chain *chain; /* files above this one */
 };
 
 struct blk_driver {
@@ -51,7 +66,8 @@ struct blk_driver {
     int (*pwritev)(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                    unsigned flags);
     /* -ENOTSUP if the driver cannot zero without writing zeroes: the
-     * generic layer then writes zero buffers (unless NO_FALLBACK). */
+     * generic layer then writes zero buffers (unless NO_FALLBACK).  The
+     * range is not aligned to request_alignment (see zero_alignment). */
     int (*pwrite_zeroes)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
     int (*discard)(struct blk_node *n, uint64_t off, uint64_t len);
     /* Own caches (formats) or stable storage (protocols); the generic layer
@@ -64,6 +80,9 @@ struct blk_driver {
     int (*prefetch)(struct blk_node *n, uint64_t off, uint64_t len);
     int64_t (*get_length)(struct blk_node *n);
     int (*truncate)(struct blk_node *n, uint64_t len);
+    /* Consistency check and repair (formats); NULL: nothing to check. */
+    int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
+                 struct blk_check_result *res);
 };
 
 /* Per-node counters, updated with relaxed atomics on the request path. */
@@ -95,7 +114,11 @@ struct blk_node {
     _Atomic unsigned supported_write_flags;
     _Atomic unsigned supported_zero_flags;
     uint32_t request_alignment; /* offsets and lengths (1 = any) */
-    uint32_t mem_alignment;     /* buffer addresses and iovec lengths */
+    /* pwrite_zeroes is called separately for the unaligned head and tail
+     * of a range (qcow2: a cluster); each part it answers with -ENOTSUP
+     * is written as zero buffers (1 = one call for the whole range). */
+    uint32_t zero_alignment;
+    uint32_t mem_alignment; /* buffer addresses and iovec lengths */
 
     /* See blk_flush() in block/flush.c. */
     _Atomic uint64_t write_gen;
@@ -122,6 +145,14 @@ const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);
     {                                                                                              \
         blk_register_driver(&(drv));                                                               \
     }
+
+/* Open a format node over a protocol node for o->filename: the format is
+ * 'format', or probed when NULL (then o->probed is passed as true).
+ * Refuses backing loops (o->chain) and chains deeper than
+ * BLK_MAX_CHAIN_DEPTH. */
+#define BLK_MAX_CHAIN_DEPTH 32
+int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const char *protocol,
+                   const char *format);
 
 /* Open a node with the given driver; 'child' (may be NULL) becomes n->file
  * and is owned by the new node from then on, even on failure. */

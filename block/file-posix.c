@@ -369,37 +369,43 @@ static int file_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
 {
     struct file_state *s = n->opaque;
     int64_t size = atomic_load(&s->size);
-    off_t data, hole;
+    /* A raw file is the image: holes are part of it, reading as zeroes. */
+    struct blk_extent hole = {
+        .flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED, .depth = 1, .filename = n->filename};
+    struct blk_extent data = {.flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
+                              .offset = off,
+                              .depth = 1,
+                              .filename = n->filename};
+    off_t data_pos, hole_pos;
 
     if ((int64_t)off >= size) {
-        *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_ZERO};
+        *ext = hole;
+        ext->length = len;
         return 0;
     }
     len = MIN(len, (uint64_t)size - off);
-    data = lseek(s->fd, (off_t)off, SEEK_DATA);
-    if (data < 0 && errno == ENXIO) {
-        /* No data from off to the end of the file. */
-        *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_ZERO};
+    data_pos = lseek(s->fd, (off_t)off, SEEK_DATA);
+    if (data_pos < 0 && errno == ENXIO) {
+        *ext = hole; /* no data from off to the end of the file */
+        ext->length = len;
         return 0;
     }
-    if (data < 0) {
-        /* The file system cannot tell: everything is data. */
-        *ext = (struct blk_extent){.length = len,
-                                   .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
-                                   .offset = off};
+    if (data_pos < 0) {
+        *ext = data; /* the file system cannot tell: everything is data */
+        ext->length = len;
         return 0;
     }
-    if ((uint64_t)data > off) {
-        *ext = (struct blk_extent){.length = MIN(len, (uint64_t)data - off), .flags = BLK_EXT_ZERO};
+    if ((uint64_t)data_pos > off) {
+        *ext = hole;
+        ext->length = MIN(len, (uint64_t)data_pos - off);
         return 0;
     }
-    hole = lseek(s->fd, (off_t)off, SEEK_HOLE);
-    if (hole < 0 || (uint64_t)hole <= off) {
-        hole = (off_t)(off + len);
+    hole_pos = lseek(s->fd, (off_t)off, SEEK_HOLE);
+    if (hole_pos < 0 || (uint64_t)hole_pos <= off) {
+        hole_pos = (off_t)(off + len);
     }
-    *ext = (struct blk_extent){.length = MIN(len, (uint64_t)hole - off),
-                               .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
-                               .offset = off};
+    *ext = data;
+    ext->length = MIN(len, (uint64_t)hole_pos - off);
     return 0;
 }
 

@@ -18,8 +18,6 @@
 #include "common/util.h"
 #include "driver.h"
 
-#define PROBE_BYTES 4096
-
 struct blk_image {
     struct blk_node *root;
     enum blk_cache_mode cache;
@@ -29,49 +27,22 @@ struct blk_image {
     bool writethrough;
 };
 
-static int blk_image_pick_format(struct blk_node *file, const struct blk_image_opts *opts,
-                                 const struct blk_driver **out, bool *probed)
-{
-    uint8_t buf[PROBE_BYTES] = {0};
-    int64_t len;
-    int r;
-
-    *probed = false;
-    if (opts->format) {
-        *out = blk_find_driver(opts->format);
-        if (!*out || !(*out)->is_format) {
-            return err_setx(EINVAL, "unknown image format '%s'", opts->format);
-        }
-        return 0;
-    }
-    len = blk_get_length(file);
-    if (len < 0) {
-        return (int)len;
-    }
-    r = blk_pread(file, 0, buf, (uint64_t)MIN(len, (int64_t)sizeof buf));
-    if (r < 0) {
-        return r;
-    }
-    *out = blk_probe_format(buf, sizeof buf);
-    *probed = true;
-    return 0;
-}
-
 int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
 {
     struct blk_open_opts o = {
         .filename = opts->filename,
-        .read_only = opts->read_only,
+        .read_only = opts->read_only || opts->snapshot,
         .direct = blk_cache_mode_direct(opts->cache),
         .aio = opts->aio,
         .offset = opts->offset,
         .size = opts->size,
         .size_set = opts->size_set,
+        .snapshot = opts->snapshot,
+        .l2_cache_bytes = opts->l2_cache_bytes,
+        .no_backing = opts->no_backing,
+        .no_flush = opts->cache == BLK_CACHE_UNSAFE,
     };
-    const char *protocol = opts->protocol ? opts->protocol : "file";
-    const struct blk_driver *file_drv = blk_find_driver(protocol);
-    const struct blk_driver *fmt;
-    struct blk_node *file = NULL, *root = NULL;
+    struct blk_node *root = NULL;
     struct blk_image *img;
     int r;
 
@@ -79,25 +50,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
         return err_setx(EINVAL, "detect-zeroes=unmap requires discard=unmap");
     }
-    if (!file_drv || file_drv->is_format) {
-        return err_setx(ENOTSUP, "unknown protocol driver '%s'", protocol);
-    }
-    r = blk_node_open(&file, file_drv, NULL, &o);
-    if (r < 0) {
-        return r;
-    }
-    file->no_flush = opts->cache == BLK_CACHE_UNSAFE;
-    r = blk_image_pick_format(file, opts, &fmt, &o.probed);
-    if (r < 0) {
-        blk_node_close(file);
-        return r;
-    }
-    if ((opts->offset || opts->size_set) && strcmp(fmt->name, "raw") != 0) {
-        blk_node_close(file);
-        return err_setx(EINVAL, "%s: offset and size apply to raw images only, not %s",
-                        opts->filename, fmt->name);
-    }
-    r = blk_node_open(&root, fmt, file, &o);
+    r = blk_open_stack(&root, &o, opts->protocol ? opts->protocol : "file", opts->format);
     if (r < 0) {
         return r;
     }
@@ -110,7 +63,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     img->cache = opts->cache;
     img->detect_zeroes = opts->detect_zeroes;
     img->discard = opts->discard;
-    img->read_only = opts->read_only;
+    img->read_only = o.read_only;
     img->writethrough = blk_cache_mode_writethrough(opts->cache);
     *out = img;
     return 0;
@@ -236,6 +189,20 @@ int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigne
         r = blk_flush(img->root);
     }
     return r;
+}
+
+int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,
+                    struct blk_check_result *res)
+{
+    memset(res, 0, sizeof *res);
+    if (!img->root->drv->check) {
+        return err_setx(ENOTSUP, "%s: the %s format has no consistency check", img->root->filename,
+                        img->root->drv->name);
+    }
+    if (repair != BLK_REPAIR_NONE && img->read_only) {
+        return err_setx(EPERM, "%s: repairing needs a writable image", img->root->filename);
+    }
+    return img->root->drv->check(img->root, repair, report, res);
 }
 
 int blk_image_flush(struct blk_image *img)

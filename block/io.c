@@ -258,12 +258,38 @@ static int blk_write_zero_buffers(struct blk_node *n, uint64_t off, uint64_t len
     return r;
 }
 
+/* Split [off, off+len) at zero_alignment into at most three parts. */
+static int blk_zero_parts(const struct blk_node *n, uint64_t off, uint64_t len, uint64_t start[3],
+                          uint64_t plen[3])
+{
+    uint64_t za = n->zero_alignment, end = off + len;
+    int k = 0;
+
+    if (za <= 1) {
+        start[0] = off;
+        plen[0] = len;
+        return 1;
+    }
+    uint64_t head_end = MIN(ROUND_UP(off, za), end);
+    uint64_t tail_start = MAX(ROUND_DOWN(end, za), head_end);
+    uint64_t cut[4] = {off, head_end, tail_start, end};
+    for (int i = 0; i < 3; i++) {
+        if (cut[i + 1] > cut[i]) {
+            start[k] = cut[i];
+            plen[k++] = cut[i + 1] - cut[i];
+        }
+    }
+    return k;
+}
+
 int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     unsigned supported = atomic_load_explicit(&n->supported_zero_flags, memory_order_relaxed);
     unsigned native = flags & supported;
     bool emulate_fua = (flags & BLK_REQ_FUA) && !(native & BLK_REQ_FUA);
-    int r;
+    uint64_t start[3], plen[3];
+    bool fallback[3] = {false, false, false};
+    int r, nparts;
 
     assert(!(flags & ~BLK_REQ_ZERO_MASK));
     r = blk_check_request(n, off, len, BLK_KIND_WRITE);
@@ -274,19 +300,28 @@ int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
         return err_setx(ENOTSUP, "%s: fast zeroing is not supported", n->filename);
     }
     blk_trace(n, "pwrite_zeroes", off, len, native);
+    nparts = blk_zero_parts(n, off, len, start, plen);
     /* Shared rmw_lock: an unaligned read-modify-write of the same block
      * must not write back stale bytes over these zeroes. */
     if (n->request_alignment > 1) {
         pthread_rwlock_rdlock(&n->rmw_lock);
     }
-    r = n->drv->pwrite_zeroes ? n->drv->pwrite_zeroes(n, off, len, native) : -ENOTSUP;
+    for (int i = 0; i < nparts && r == 0; i++) {
+        r = n->drv->pwrite_zeroes ? n->drv->pwrite_zeroes(n, start[i], plen[i], native) : -ENOTSUP;
+        if (r == -ENOTSUP && !(flags & BLK_REQ_NO_FALLBACK)) {
+            fallback[i] = true;
+            r = 0;
+            err_clear();
+        }
+    }
     if (n->request_alignment > 1) {
         pthread_rwlock_unlock(&n->rmw_lock);
     }
-    if (r == -ENOTSUP && !(flags & BLK_REQ_NO_FALLBACK)) {
-        err_clear();
-        r = blk_write_zero_buffers(n, off, len);
-        emulate_fua = flags & BLK_REQ_FUA;
+    for (int i = 0; i < nparts && r == 0; i++) {
+        if (fallback[i]) {
+            r = blk_write_zero_buffers(n, start[i], plen[i]);
+            emulate_fua = flags & BLK_REQ_FUA;
+        }
     }
     atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
     if (r < 0) {
@@ -335,7 +370,8 @@ int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
         return err_setx(EINVAL, "%s: block status of an empty range", n->filename);
     }
     if (!n->drv->block_status) {
-        *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED};
+        *ext = (struct blk_extent){
+            .length = len, .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED, .depth = 1};
         return 0;
     }
     r = n->drv->block_status(n, off, len, ext);

@@ -24,6 +24,7 @@ int blk_node_open(struct blk_node **out, const struct blk_driver *drv, struct bl
     n->file = child;
     n->read_only = opts->read_only;
     n->request_alignment = 1;
+    n->zero_alignment = 1;
     n->mem_alignment = 1;
     n->filename = strdup(opts->filename ? opts->filename : drv->name);
     pthread_mutex_init(&n->flush_lock, NULL);

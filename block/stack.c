@@ -1,0 +1,94 @@
+/* block/stack.c: opening an image as a stack of nodes, a format driver
+ * over a protocol driver, for the top of an image and for every backing
+ * file below it.  Formats are probed only among registered drivers, and
+ * a backing chain may neither loop nor grow without bound. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "driver.h"
+
+#define PROBE_BYTES 4096
+
+static int blk_pick_format(struct blk_node *file, const char *format, const struct blk_driver **out)
+{
+    uint8_t buf[PROBE_BYTES] = {0};
+    int64_t len;
+    int r;
+
+    if (format) {
+        *out = blk_find_driver(format);
+        if (!*out || !(*out)->is_format) {
+            return err_setx(EINVAL, "unknown image format '%s'", format);
+        }
+        return 0;
+    }
+    len = blk_get_length(file);
+    if (len < 0) {
+        return (int)len;
+    }
+    r = blk_pread(file, 0, buf, (uint64_t)MIN(len, (int64_t)sizeof buf));
+    if (r < 0) {
+        return r;
+    }
+    *out = blk_probe_format(buf, sizeof buf);
+    return 0;
+}
+
+static int blk_check_chain(const struct blk_open_opts *o)
+{
+    struct stat st;
+
+    if (o->depth > BLK_MAX_CHAIN_DEPTH) {
+        return err_setx(ELOOP, "%s: backing chain deeper than %d files", o->filename,
+                        BLK_MAX_CHAIN_DEPTH);
+    }
+    if (!o->chain || stat(o->filename, &st) < 0) {
+        return 0; /* the protocol driver reports a missing file */
+    }
+    for (const struct blk_chain *c = o->chain; c; c = c->up) {
+        if (c->dev == st.st_dev && c->ino == st.st_ino) {
+            return err_setx(ELOOP, "%s: backing file loop (the file is already in the chain)",
+                            o->filename);
+        }
+    }
+    return 0;
+}
+
+int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const char *protocol,
+                   const char *format)
+{
+    const struct blk_driver *proto = blk_find_driver(protocol);
+    const struct blk_driver *fmt;
+    struct blk_open_opts fo = *o;
+    struct blk_node *file = NULL;
+    int r;
+
+    if (!proto || proto->is_format) {
+        return err_setx(ENOTSUP, "unknown protocol driver '%s'", protocol);
+    }
+    r = blk_check_chain(o);
+    if (r < 0) {
+        return r;
+    }
+    r = blk_node_open(&file, proto, NULL, o);
+    if (r < 0) {
+        return r;
+    }
+    file->no_flush = o->no_flush;
+    r = blk_pick_format(file, format, &fmt);
+    if (r < 0) {
+        blk_node_close(file);
+        return r;
+    }
+    if ((o->offset || o->size_set) && strcmp(fmt->name, "raw") != 0) {
+        blk_node_close(file);
+        return err_setx(EINVAL, "%s: offset and size apply to raw images only, not %s", o->filename,
+                        fmt->name);
+    }
+    fo.probed = format == NULL;
+    return blk_node_open(out, fmt, file, &fo);
+}

@@ -1,0 +1,594 @@
+/* formats/qcow2/check.c: consistency check and repair (the driver's
+ * check op, and the repair of dirty images at read-write open).
+ *
+ * The check walks every structure that references clusters (header,
+ * L1/L2 tables of the active image and of every snapshot, refcount table
+ * and blocks, snapshot table, bitmaps) and counts the references of each
+ * host cluster; then it compares the counts with the stored refcounts.  A
+ * stored refcount below the count is a corruption (the cluster could be
+ * handed out twice), above it a leak (space lost, data safe).  Repair
+ * rebuilds the refcount structure from the counts (all) or lowers leaked
+ * refcounts (leaks), and fixes the copied flags. */
+#include <endian.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "qcow2.h"
+
+/* References counted per host cluster (saturating). */
+struct refs {
+    uint32_t *count;
+    uint64_t n; /* clusters covered */
+};
+
+struct check_ctx {
+    struct qcow2_state *s;
+    struct refs refs;
+    struct blk_check_result *res;
+    FILE *report;
+    bool count_refcount_structures;
+    uint64_t last_data_cluster; /* for fragmentation */
+};
+
+static void report(struct check_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void report(struct check_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!c->report) {
+        return;
+    }
+    va_start(ap, fmt);
+    vfprintf(c->report, fmt, ap);
+    va_end(ap);
+    fputc('\n', c->report);
+}
+
+/* Count one reference to each cluster in [off, off+bytes). */
+static void add_ref(struct check_ctx *c, uint64_t off, uint64_t bytes, const char *what)
+{
+    struct qcow2_state *s = c->s;
+
+    if (bytes == 0) {
+        return;
+    }
+    uint64_t first = off >> s->cluster_bits, last = (off + bytes - 1) >> s->cluster_bits;
+    for (uint64_t k = first; k <= last; k++) {
+        if (k >= c->refs.n) {
+            report(c, "ERROR %s at 0x%" PRIx64 " is beyond the end of the image", what,
+                   k << s->cluster_bits);
+            c->res->corruptions++;
+            continue;
+        }
+        if (c->refs.count[k] < UINT32_MAX) {
+            c->refs.count[k]++;
+        }
+    }
+}
+
+static int read_table(struct qcow2_state *s, uint64_t off, uint64_t bytes, uint64_t **out)
+{
+    uint64_t *t = malloc(bytes ? bytes : 8);
+    int r;
+
+    if (!t) {
+        return err_set(ENOMEM, "qcow2 check: table of %" PRIu64 " bytes", bytes);
+    }
+    r = blk_pread(s->file, off, t, bytes);
+    if (r < 0) {
+        free(t);
+        return r;
+    }
+    *out = t;
+    return 0;
+}
+
+/* Walk one L2 table: count the clusters it references. */
+static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix_copied)
+{
+    struct qcow2_state *s = c->s;
+    uint64_t entries = 1ULL << s->l2_bits;
+    CLEANUP_FREE uint64_t *l2 = NULL;
+    int r = read_table(s, l2_off, s->cluster_size, &l2);
+
+    *fix_copied = false;
+    if (r < 0) {
+        return r;
+    }
+    for (uint64_t i = 0; i < entries; i++) {
+        uint64_t bitmap, e = qcow2_l2_get(s, l2, (unsigned)i, &bitmap);
+        uint64_t host = e & L2E_OFFSET_MASK;
+
+        if (e & QCOW_OFLAG_COMPRESSED) {
+            uint64_t off, bytes;
+            qcow2_compressed_range(s, e, &off, &bytes);
+            if (e & QCOW_OFLAG_COPIED) {
+                report(c, "ERROR compressed L2 entry 0x%016" PRIx64 " has the copied flag", e);
+                c->res->corruptions++;
+            }
+            add_ref(c, off, bytes, "compressed cluster");
+            c->res->compressed_clusters += active;
+            c->res->allocated_clusters += active;
+            continue;
+        }
+        if (e & L2E_STD_RESERVED_MASK) {
+            report(c, "ERROR L2 entry 0x%016" PRIx64 " at 0x%" PRIx64 " has reserved bits set", e,
+                   l2_off + i * s->l2_entry_size);
+            c->res->corruptions++;
+            continue;
+        }
+        if (!host) {
+            continue;
+        }
+        if (host & (s->cluster_size - 1)) {
+            report(c, "ERROR L2 entry 0x%016" PRIx64 ": offset not cluster-aligned", e);
+            c->res->corruptions++;
+            continue;
+        }
+        add_ref(c, host, s->cluster_size, "data cluster");
+        if (active) {
+            c->res->allocated_clusters++;
+            uint64_t k = host >> s->cluster_bits;
+            if (c->last_data_cluster && k != c->last_data_cluster + 1) {
+                c->res->fragmented_clusters++;
+            }
+            c->last_data_cluster = k;
+        }
+    }
+    return 0;
+}
+
+static int check_l1(struct check_ctx *c, uint64_t l1_off, uint32_t l1_size, bool active)
+{
+    struct qcow2_state *s = c->s;
+    CLEANUP_FREE uint64_t *l1 = NULL;
+    int r;
+
+    if (l1_size == 0) {
+        return 0;
+    }
+    add_ref(c, l1_off, (uint64_t)l1_size * 8, active ? "L1 table" : "snapshot L1 table");
+    r = read_table(s, l1_off, (uint64_t)l1_size * 8, &l1);
+    if (r < 0) {
+        return r;
+    }
+    for (uint32_t i = 0; i < l1_size; i++) {
+        uint64_t e = be64toh(l1[i]);
+        uint64_t l2 = e & L1E_OFFSET_MASK;
+        bool fix;
+
+        if (e & L1E_RESERVED_MASK) {
+            report(c, "ERROR L1 entry %" PRIu32 " has reserved bits set (0x%016" PRIx64 ")", i, e);
+            c->res->corruptions++;
+            continue;
+        }
+        if (!l2) {
+            continue;
+        }
+        if (l2 & (s->cluster_size - 1)) {
+            report(c, "ERROR L2 table at 0x%" PRIx64 " is not cluster-aligned", l2);
+            c->res->corruptions++;
+            continue;
+        }
+        add_ref(c, l2, s->cluster_size, "L2 table");
+        r = check_l2(c, l2, active, &fix);
+        if (r < 0) {
+            c->res->check_errors++;
+            report(c, "ERROR cannot read L2 table at 0x%" PRIx64 ": %s", l2, err_msg_or(r));
+        }
+    }
+    return 0;
+}
+
+static int check_bitmaps(struct check_ctx *c)
+{
+    struct qcow2_state *s = c->s;
+    const struct qcow2_header *h = &s->hdr;
+    uint64_t size = h->bitmap_directory_size;
+    CLEANUP_FREE uint8_t *dir = NULL;
+    int r;
+
+    if (!h->has_bitmaps_ext || !(h->autoclear_features & QCOW2_AUTOCLEAR_BITMAPS) || size == 0) {
+        return 0;
+    }
+    if (size > (64u << 20) || (h->bitmap_directory_offset & (s->cluster_size - 1))) {
+        report(c, "ERROR bitmap directory at 0x%" PRIx64 " (%" PRIu64 " bytes) is invalid",
+               h->bitmap_directory_offset, size);
+        c->res->corruptions++;
+        return 0;
+    }
+    dir = malloc(size);
+    if (!dir) {
+        return err_set(ENOMEM, "qcow2 check: bitmap directory");
+    }
+    r = blk_pread(s->file, h->bitmap_directory_offset, dir, size);
+    if (r < 0) {
+        return r;
+    }
+    add_ref(c, h->bitmap_directory_offset, size, "bitmap directory");
+    for (uint64_t pos = 0; pos + 24 <= size;) {
+        uint64_t table_off;
+        uint32_t table_size, extra;
+        uint16_t name_size;
+        memcpy(&table_off, dir + pos, 8);
+        memcpy(&table_size, dir + pos + 8, 4);
+        memcpy(&name_size, dir + pos + 18, 2);
+        memcpy(&extra, dir + pos + 20, 4);
+        table_off = be64toh(table_off);
+        table_size = be32toh(table_size);
+        name_size = be16toh(name_size);
+        extra = be32toh(extra);
+        if ((uint64_t)table_size * 8 > (64u << 20)) {
+            report(c, "ERROR bitmap table of %" PRIu32 " entries is too large", table_size);
+            c->res->corruptions++;
+            break;
+        }
+        add_ref(c, table_off, (uint64_t)table_size * 8, "bitmap table");
+        CLEANUP_FREE uint64_t *t = NULL;
+        if (table_size && read_table(s, table_off, (uint64_t)table_size * 8, &t) == 0) {
+            for (uint32_t i = 0; i < table_size; i++) {
+                uint64_t off = be64toh(t[i]) & L2E_OFFSET_MASK;
+                if (off) {
+                    add_ref(c, off, s->cluster_size, "bitmap data");
+                }
+            }
+        }
+        pos += ROUND_UP(24 + (uint64_t)extra + name_size, 8);
+    }
+    return 0;
+}
+
+/* Count every reference in the image. */
+static int count_references(struct check_ctx *c)
+{
+    struct qcow2_state *s = c->s;
+    int r;
+
+    add_ref(c, 0, s->cluster_size, "header");
+    r = check_l1(c, s->hdr.l1_table_offset, s->hdr.l1_size, true);
+    for (uint32_t i = 0; r == 0 && i < s->n_snapshots; i++) {
+        r = check_l1(c, s->snapshots[i].l1_table_offset, s->snapshots[i].l1_size, false);
+    }
+    if (r == 0 && s->n_snapshots) {
+        add_ref(c, s->hdr.snapshots_offset, s->snapshots_bytes, "snapshot table");
+    }
+    if (r == 0) {
+        r = check_bitmaps(c);
+    }
+    if (r == 0 && c->count_refcount_structures) {
+        add_ref(c, s->reftable_offset, (uint64_t)s->reftable_entries * 8, "refcount table");
+        for (uint32_t i = 0; i < s->reftable_entries; i++) {
+            if (s->reftable[i]) {
+                add_ref(c, s->reftable[i], s->cluster_size, "refcount block");
+            }
+        }
+    }
+    return r;
+}
+
+/* Copied flags of the active L1 and its L2 tables must say refcount == 1. */
+static int check_copied_flags(struct check_ctx *c, bool fix)
+{
+    struct qcow2_state *s = c->s;
+    int r = 0;
+
+    for (uint32_t i = 0; i < s->l1_size && r == 0; i++) {
+        uint64_t l2 = s->l1[i] & L1E_OFFSET_MASK;
+        uint64_t rc;
+        if (!l2 || (l2 & (s->cluster_size - 1))) {
+            continue;
+        }
+        r = qcow2_get_refcount_locked(s, l2 >> s->cluster_bits, &rc);
+        bool want = rc == 1, have = s->l1[i] & QCOW_OFLAG_COPIED;
+        if (r == 0 && want != have) {
+            report(c, "ERROR OFLAG_COPIED L2 cluster: l1_index=%" PRIu32 " refcount=%" PRIu64, i,
+                   rc);
+            c->res->corruptions++;
+            if (fix) {
+                s->l1[i] = (s->l1[i] & ~QCOW_OFLAG_COPIED) | (want ? QCOW_OFLAG_COPIED : 0);
+                uint64_t be = htobe64(s->l1[i]);
+                r = blk_pwrite(s->file, s->l1_offset + i * 8ull, &be, 8, 0);
+                c->res->corruptions_fixed++;
+            }
+        }
+        uint64_t slices = (1ULL << s->l2_bits) / s->l2_slice_entries;
+        for (uint64_t sl = 0; r == 0 && sl < slices; sl++) {
+            uint64_t *slice;
+            r = qcow2_cache_get_locked(s->l2_cache, l2 + sl * s->l2_slice_size, true,
+                                       (void **)&slice);
+            if (r < 0) {
+                break;
+            }
+            for (unsigned j = 0; j < s->l2_slice_entries && r == 0; j++) {
+                uint64_t bitmap, e = qcow2_l2_get(s, slice, j, &bitmap);
+                uint64_t host = e & L2E_OFFSET_MASK;
+                if ((e & QCOW_OFLAG_COMPRESSED) || !host || (host & (s->cluster_size - 1))) {
+                    continue;
+                }
+                r = qcow2_get_refcount_locked(s, host >> s->cluster_bits, &rc);
+                bool want_d = rc == 1, have_d = e & QCOW_OFLAG_COPIED;
+                if (r == 0 && want_d != have_d) {
+                    report(c,
+                           "ERROR OFLAG_COPIED data cluster: l2_entry=%" PRIx64
+                           " refcount=%" PRIu64,
+                           e, rc);
+                    c->res->corruptions++;
+                    if (fix) {
+                        e = (e & ~QCOW_OFLAG_COPIED) | (want_d ? QCOW_OFLAG_COPIED : 0);
+                        qcow2_l2_set(s, slice, j, e, bitmap);
+                        qcow2_cache_mark_dirty(s->l2_cache, slice);
+                        c->res->corruptions_fixed++;
+                    }
+                }
+            }
+            qcow2_cache_put(s->l2_cache, slice);
+        }
+    }
+    return r;
+}
+
+/* Write a new refcount structure for the counts in refs, at the end of
+ * the image, and switch the header to it. */
+static int rebuild_refcounts(struct check_ctx *c)
+{
+    struct qcow2_state *s = c->s;
+    uint64_t cs = s->cluster_size, per_block = 1ULL << s->refblock_bits;
+    uint64_t used_end = 0;
+    int r;
+
+    for (uint64_t k = 0; k < c->refs.n; k++) {
+        if (c->refs.count[k]) {
+            used_end = k + 1;
+        }
+    }
+    /* Fixed point: the new table and blocks sit at used_end and must be
+     * counted by the blocks themselves. */
+    uint64_t start = used_end, table_clusters = 1, blocks = 0;
+    for (;;) {
+        uint64_t end = start + table_clusters + blocks;
+        uint64_t nblocks = (end + per_block - 1) / per_block;
+        uint64_t tclusters = ROUND_UP(nblocks * 8, cs) / cs;
+        uint64_t needed_blocks = 0;
+        for (uint64_t b = 0; b < nblocks; b++) {
+            bool any = b >= start / per_block; /* the new area itself */
+            for (uint64_t k = b * per_block; !any && k < MIN((b + 1) * per_block, c->refs.n); k++) {
+                any = c->refs.count[k] != 0;
+            }
+            needed_blocks += any;
+        }
+        if (tclusters == table_clusters && needed_blocks == blocks) {
+            break;
+        }
+        table_clusters = tclusters;
+        blocks = needed_blocks;
+    }
+    uint64_t end = start + table_clusters + blocks;
+    if (table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
+        return err_setx(EFBIG, "qcow2 repair: the refcount table would exceed 8 MiB");
+    }
+    uint64_t nblocks = (end + per_block - 1) / per_block;
+    CLEANUP_FREE uint64_t *table = calloc(table_clusters * cs / 8, 8);
+    CLEANUP_FREE uint8_t *block = malloc(cs);
+    if (!table || !block) {
+        return err_set(ENOMEM, "qcow2 repair: refcount structure");
+    }
+    /* Assign block clusters, then count the new area. */
+    uint64_t next = start + table_clusters;
+    for (uint64_t b = 0; b < nblocks; b++) {
+        bool any = b >= start / per_block;
+        for (uint64_t k = b * per_block; !any && k < MIN((b + 1) * per_block, c->refs.n); k++) {
+            any = c->refs.count[k] != 0;
+        }
+        if (any) {
+            table[b] = next++ << s->cluster_bits;
+        }
+    }
+    uint32_t *counts = realloc(c->refs.count, end * sizeof *counts);
+    if (!counts) {
+        return err_set(ENOMEM, "qcow2 repair: refcounts");
+    }
+    memset(counts + c->refs.n, 0, (end > c->refs.n ? end - c->refs.n : 0) * sizeof *counts);
+    c->refs.count = counts;
+    c->refs.n = MAX(c->refs.n, end);
+    for (uint64_t k = start; k < end; k++) {
+        counts[k] = 1;
+    }
+    /* Write the blocks, then the table, sync, then the header. */
+    for (uint64_t b = 0; b < nblocks; b++) {
+        if (!table[b]) {
+            continue;
+        }
+        memset(block, 0, cs);
+        for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, c->refs.n); k++) {
+            uint64_t v = MIN((uint64_t)counts[k], s->refcount_max);
+            /* entry k - b*per_block, refcount_bits wide */
+            uint64_t i = k - b * per_block;
+            switch (s->refcount_bits) {
+            case 1:
+            case 2:
+            case 4:
+                block[i * s->refcount_bits / 8] |= (uint8_t)(v << (i * s->refcount_bits % 8));
+                break;
+            case 8:
+                block[i] = (uint8_t)v;
+                break;
+            case 16: {
+                uint16_t be = htobe16((uint16_t)v);
+                memcpy(block + i * 2, &be, 2);
+                break;
+            }
+            case 32: {
+                uint32_t be = htobe32((uint32_t)v);
+                memcpy(block + i * 4, &be, 4);
+                break;
+            }
+            default: {
+                uint64_t be = htobe64(v);
+                memcpy(block + i * 8, &be, 8);
+            }
+            }
+        }
+        r = blk_pwrite(s->file, table[b], block, cs, 0);
+        if (r < 0) {
+            return r;
+        }
+    }
+    uint64_t *host_table = malloc(table_clusters * cs);
+    if (!host_table) {
+        return err_set(ENOMEM, "qcow2 repair: refcount table");
+    }
+    memcpy(host_table, table, table_clusters * cs);
+    for (uint64_t i = 0; i < table_clusters * cs / 8; i++) {
+        table[i] = htobe64(table[i]);
+    }
+    r = blk_pwrite(s->file, start << s->cluster_bits, table, table_clusters * cs, 0);
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r == 0) {
+        s->hdr.refcount_table_offset = start << s->cluster_bits;
+        s->hdr.refcount_table_clusters = (uint32_t)table_clusters;
+        r = qcow2_write_header_locked(s);
+    }
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r < 0) {
+        free(host_table);
+        return r;
+    }
+    /* Switch the in-memory state to the new structure. */
+    for (uint32_t i = 0; i < s->reftable_entries; i++) {
+        if (s->reftable[i]) {
+            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i]);
+        }
+    }
+    free(s->reftable);
+    s->reftable = host_table;
+    s->reftable_entries = (uint32_t)(table_clusters * cs / 8);
+    s->reftable_offset = start << s->cluster_bits;
+    s->file_end = MAX(s->file_end, end << s->cluster_bits);
+    s->free_hint = 1;
+    return qcow2_build_metadata_map(s);
+}
+
+/* Compare counted references with the stored refcounts. */
+static int compare_refcounts(struct check_ctx *c, enum blk_repair repair, bool *corrupt_refs)
+{
+    struct qcow2_state *s = c->s;
+    int r = 0;
+
+    *corrupt_refs = false;
+    for (uint64_t k = 0; k < c->refs.n && r == 0; k++) {
+        uint64_t stored, counted = c->refs.count[k];
+
+        r = qcow2_get_refcount_locked(s, k, &stored);
+        if (r < 0) {
+            report(c, "ERROR cannot read the refcount of cluster %" PRIu64 ": %s", k,
+                   err_msg_or(r));
+            c->res->check_errors++;
+            r = 0;
+            continue;
+        }
+        if (stored == counted) {
+            continue;
+        }
+        if (stored < counted) {
+            report(c, "ERROR cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64, k,
+                   stored, counted);
+            c->res->corruptions++;
+            *corrupt_refs = true;
+            continue;
+        }
+        report(c, "Leaked cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64, k, stored,
+               counted);
+        c->res->leaks++;
+        if (repair == BLK_REPAIR_LEAKS) {
+            while (stored > counted && r == 0) {
+                r = qcow2_update_refcount_locked(s, k << s->cluster_bits, s->cluster_size, -1);
+                stored--;
+            }
+            c->res->leaks_fixed += r == 0;
+        }
+    }
+    return r;
+}
+
+int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *rep, struct blk_check_result *res)
+{
+    struct qcow2_state *s = n->opaque;
+    int64_t file_size = blk_get_length(s->file);
+    struct check_ctx c = {.s = s, .res = res, .report = rep, .count_refcount_structures = true};
+    bool corrupt_refs;
+    int r;
+
+    memset(res, 0, sizeof *res);
+    if (file_size < 0) {
+        return (int)file_size;
+    }
+    c.refs.n = ROUND_UP((uint64_t)file_size, s->cluster_size) >> s->cluster_bits;
+    c.refs.count = calloc(c.refs.n ? c.refs.n : 1, sizeof *c.refs.count);
+    if (!c.refs.count) {
+        return err_set(ENOMEM, "qcow2 check: %" PRIu64 " clusters", c.refs.n);
+    }
+    pthread_mutex_lock(&s->lock);
+    r = qcow2_flush_caches_locked(s);
+    if (r == 0) {
+        r = count_references(&c);
+    }
+    if (r == 0) {
+        r = compare_refcounts(&c, repair, &corrupt_refs);
+    }
+    if (r == 0 && repair == BLK_REPAIR_ALL && (corrupt_refs || res->leaks)) {
+        /* Count again without the old refcount structure, and write a
+         * new one that matches. */
+        memset(c.refs.count, 0, c.refs.n * sizeof *c.refs.count);
+        c.count_refcount_structures = false;
+        struct blk_check_result scratch = {0};
+        c.res = &scratch;
+        FILE *saved = c.report;
+        c.report = NULL;
+        r = count_references(&c);
+        c.report = saved;
+        c.res = res;
+        if (r == 0) {
+            r = rebuild_refcounts(&c);
+        }
+        if (r == 0) {
+            report(&c, "Rebuilding refcount structure");
+            res->corruptions_fixed += corrupt_refs ? res->corruptions : 0;
+            res->leaks_fixed = res->leaks;
+        }
+    }
+    if (r == 0) {
+        r = check_copied_flags(&c, repair == BLK_REPAIR_ALL);
+    }
+    if (r == 0 && repair != BLK_REPAIR_NONE) {
+        r = qcow2_flush_caches_locked(s);
+        if (r == 0) {
+            r = blk_flush(s->file);
+        }
+    }
+    res->total_clusters = (s->hdr.size + s->cluster_size - 1) >> s->cluster_bits;
+    for (uint64_t k = 0; k < c.refs.n; k++) {
+        if (c.refs.count[k]) {
+            res->image_end_offset = (k + 1) << s->cluster_bits; /* as qemu-img reports it */
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(c.refs.count);
+    return r;
+}
+
+int qcow2_repair_refcounts(struct qcow2_state *s)
+{
+    struct blk_check_result res;
+
+    return qcow2_check(s->node, BLK_REPAIR_ALL, NULL, &res);
+}

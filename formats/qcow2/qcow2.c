@@ -1,0 +1,695 @@
+/* formats/qcow2/qcow2.c: the "qcow2" format driver: open and close, reads,
+ * flush, block status, resize.  Writes are in alloc.c. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "qcow2.h"
+
+#define IOV_LOCAL 64
+#define L2_SLICE_MAX 4096
+#define DEFAULT_L2_CACHE_MAX (32u << 20)
+#define MIN_L2_CACHE_ENTRIES 16
+#define MIN_RB_CACHE_ENTRIES 4
+
+uint64_t qcow2_virtual_size(const struct qcow2_state *s)
+{
+    return s->hdr.size;
+}
+
+int qcow2_write_header_locked(struct qcow2_state *s)
+{
+    CLEANUP_FREE uint8_t *buf = NULL;
+    int r;
+
+    if (posix_memalign((void **)&buf, 4096, s->cluster_size) != 0) {
+        return err_set(ENOMEM, "qcow2: header");
+    }
+    r = qcow2_header_serialize(&s->hdr, buf, s->cluster_size);
+    if (r < 0) {
+        return err_setx(-r, "qcow2: the header and its extensions do not fit in cluster 0");
+    }
+    return blk_pwrite(s->file, 0, buf, s->cluster_size, 0);
+}
+
+int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!s->corrupt && !s->read_only) {
+        /* Stop writing, and tell the next user: qemu-img check -r all. */
+        log_error("qcow2: %s: marking the image corrupt: %s", s->node->filename, msg);
+        s->corrupt = true;
+        s->hdr.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
+        (void)qcow2_write_header_locked(s);
+        (void)blk_flush(s->file);
+    }
+    s->corrupt = true;
+    return err_setx(EIO, "qcow2: %s: %s", s->node->filename, msg);
+}
+
+unsigned qcow2_io_enter(struct qcow2_state *s)
+{
+    unsigned e = atomic_load(&s->io_epoch) & 1;
+
+    atomic_fetch_add(&s->io_count[e], 1);
+    return e;
+}
+
+void qcow2_io_leave(struct qcow2_state *s, unsigned epoch)
+{
+    atomic_fetch_sub(&s->io_count[epoch], 1);
+}
+
+void qcow2_io_drain_locked(struct qcow2_state *s)
+{
+    unsigned old = atomic_fetch_add(&s->io_epoch, 1) & 1;
+    struct timespec ts = {0, 20000};
+
+    /* Only I/O that mapped clusters before this point counts, and it
+     * needs no lock to finish. */
+    while (atomic_load(&s->io_count[old]) != 0) {
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- reads ---- */
+
+/* Read an unallocated range from the backing file; zeroes past its end. */
+static int read_backing(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt,
+                        uint64_t len)
+{
+    int64_t blen = s->backing ? blk_get_length(s->backing) : 0;
+    uint64_t from_backing = 0;
+    int r;
+
+    if (blen < 0) {
+        return (int)blen;
+    }
+    if ((int64_t)off < blen) {
+        from_backing = MIN(len, (uint64_t)blen - off);
+        struct iovec sub[IOV_LOCAL];
+        int k = iov_slice(iov, iovcnt, 0, from_backing, sub, IOV_LOCAL);
+        if (k < 0) {
+            return err_setx(EINVAL, "qcow2: read with too many iovec elements");
+        }
+        r = blk_preadv(s->backing, off, sub, k);
+        if (r < 0) {
+            return r;
+        }
+    }
+    iov_memset(iov, iovcnt, from_backing, 0, len - from_backing);
+    return 0;
+}
+
+static int read_compressed(struct qcow2_state *s, uint64_t guest, uint64_t l2_entry,
+                           const struct iovec *iov, int iovcnt, uint64_t len)
+{
+    CLEANUP_FREE uint8_t *cluster = malloc(s->cluster_size);
+    int r;
+
+    if (!cluster) {
+        return err_set(ENOMEM, "qcow2: cluster buffer");
+    }
+    r = qcow2_decompress_cluster(s, l2_entry, cluster);
+    if (r == 0) {
+        iov_from_buf(iov, iovcnt, 0, cluster + (guest & (s->cluster_size - 1)), len);
+    }
+    return r;
+}
+
+int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt)
+{
+    uint64_t len = iov_length(iov, iovcnt), pos = 0;
+    int r = 0;
+
+    while (r == 0 && pos < len) {
+        struct qcow2_map m;
+        struct iovec sub[IOV_LOCAL];
+        unsigned epoch;
+        int k;
+
+        pthread_mutex_lock(&s->lock);
+        r = qcow2_map_locked(s, off + pos, len - pos, &m);
+        epoch = qcow2_io_enter(s);
+        pthread_mutex_unlock(&s->lock);
+        if (r < 0) {
+            qcow2_io_leave(s, epoch);
+            break;
+        }
+        k = iov_slice(iov, iovcnt, pos, m.bytes, sub, IOV_LOCAL);
+        if (k < 0) {
+            qcow2_io_leave(s, epoch);
+            return err_setx(EINVAL, "qcow2: read with too many iovec elements");
+        }
+        switch (m.type) {
+        case QCOW2_NORMAL:
+            r = blk_preadv(s->file, m.host, sub, k);
+            break;
+        case QCOW2_COMPRESSED:
+            r = read_compressed(s, off + pos, m.l2_entry, sub, k, m.bytes);
+            break;
+        case QCOW2_UNALLOCATED:
+            r = read_backing(s, off + pos, sub, k, m.bytes);
+            break;
+        default:
+            iov_memset(sub, k, 0, 0, m.bytes);
+        }
+        qcow2_io_leave(s, epoch);
+        pos += m.bytes;
+    }
+    return r;
+}
+
+static int qcow2_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
+{
+    return qcow2_read_range(n->opaque, off, iov, iovcnt);
+}
+
+/* ---- flush, status, size ---- */
+
+static int qcow2_flush(struct blk_node *n)
+{
+    struct qcow2_state *s = n->opaque;
+    int r;
+
+    if (s->read_only) {
+        return 0;
+    }
+    pthread_mutex_lock(&s->lock);
+    r = qcow2_flush_caches_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+static int qcow2_block_status(struct blk_node *n, uint64_t off, uint64_t len,
+                              struct blk_extent *ext)
+{
+    struct qcow2_state *s = n->opaque;
+    struct qcow2_map m;
+    int r;
+
+    pthread_mutex_lock(&s->lock);
+    r = qcow2_map_locked(s, off, len, &m);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0) {
+        return r;
+    }
+    memset(ext, 0, sizeof *ext);
+    ext->length = m.bytes;
+    ext->depth = 1;
+    ext->filename = s->file->filename;
+    switch (m.type) {
+    case QCOW2_NORMAL: {
+        /* Data, unless the host range is a hole in the file (then it
+         * reads as zeroes too, as qemu reports). */
+        struct blk_extent fext;
+        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
+        ext->offset = m.host;
+        if (blk_block_status(s->file, m.host, m.bytes, &fext) == 0) {
+            ext->length = fext.length;
+            if (!(fext.flags & BLK_EXT_DATA)) {
+                ext->flags |= BLK_EXT_ZERO;
+            }
+        }
+        err_clear();
+        break;
+    }
+    case QCOW2_ZERO_ALLOC:
+        ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
+        ext->offset = m.host;
+        break;
+    case QCOW2_ZERO:
+        ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
+        break;
+    case QCOW2_COMPRESSED:
+        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED;
+        break;
+    case QCOW2_UNALLOCATED: {
+        int64_t blen = s->backing ? blk_get_length(s->backing) : 0;
+        if (blen > 0 && (int64_t)off < blen) {
+            r = blk_block_status(s->backing, off, MIN(m.bytes, (uint64_t)blen - off), ext);
+            if (r < 0) {
+                return r;
+            }
+            ext->flags &= ~(unsigned)BLK_EXT_ALLOCATED;
+            ext->depth = ext->depth ? ext->depth + 1 : 0;
+        } else {
+            ext->flags = BLK_EXT_ZERO; /* nothing beneath: zeroes */
+            ext->depth = 0;
+            ext->filename = NULL;
+            if (blen > 0 || s->backing) {
+                ext->length = m.bytes;
+            }
+        }
+        break;
+    }
+    }
+    return 0;
+}
+
+static int64_t qcow2_get_length(struct blk_node *n)
+{
+    struct qcow2_state *s = n->opaque;
+
+    return (int64_t)s->hdr.size;
+}
+
+/* A new L1 table of new_size entries, written and synced before the
+ * header points at it; the old one is freed afterwards. */
+static int grow_l1_locked(struct qcow2_state *s, uint32_t new_size)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t bytes = ROUND_UP((uint64_t)new_size * 8, cs);
+    uint64_t old_offset = s->l1_offset, old_bytes = ROUND_UP((uint64_t)s->l1_size * 8, cs);
+    uint64_t new_offset;
+    CLEANUP_FREE uint64_t *be = NULL;
+    uint64_t *l1;
+    int r;
+
+    if ((uint64_t)new_size * 8 > QCOW2_MAX_L1_BYTES) {
+        return err_setx(EFBIG, "qcow2: the L1 table would exceed 32 MiB");
+    }
+    l1 = realloc(s->l1, (size_t)new_size * 8);
+    be = calloc(1, bytes);
+    if (!l1 || !be) {
+        if (l1) {
+            s->l1 = l1;
+        }
+        return err_set(ENOMEM, "qcow2: L1 table");
+    }
+    s->l1 = l1;
+    memset(l1 + s->l1_size, 0, (size_t)(new_size - s->l1_size) * 8);
+    r = qcow2_alloc_clusters_locked(s, bytes / cs, &new_offset);
+    if (r < 0) {
+        return r;
+    }
+    for (uint32_t i = 0; i < new_size; i++) {
+        be[i] = htobe64(l1[i]);
+    }
+    r = qcow2_add_metadata_locked(s, new_offset, bytes, QCOW2_META_L1);
+    if (r == 0) {
+        r = blk_pwrite(s->file, new_offset, be, bytes, 0);
+    }
+    if (r == 0) {
+        r = qcow2_cache_flush_locked(s->rb_cache);
+    }
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r < 0) {
+        return r;
+    }
+    s->hdr.l1_table_offset = new_offset;
+    s->hdr.l1_size = new_size;
+    r = qcow2_write_header_locked(s);
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r < 0) {
+        return qcow2_mark_corrupt_locked(s, "switching to a larger L1 table failed");
+    }
+    s->l1_offset = new_offset;
+    s->l1_size = new_size;
+    if (old_bytes) {
+        qcow2_remove_metadata_locked(s, old_offset, old_bytes);
+        r = qcow2_free_later_locked(s, old_offset, old_bytes);
+    }
+    return r;
+}
+
+/* Is anything allocated in guest [from, to)? */
+static int tail_in_use_locked(struct qcow2_state *s, uint64_t from, uint64_t to, bool *used)
+{
+    *used = false;
+    while (from < to && !*used) {
+        struct qcow2_map m;
+        int r = qcow2_map_locked(s, from, to - from, &m);
+        if (r < 0) {
+            return r;
+        }
+        *used = m.type != QCOW2_UNALLOCATED && m.type != QCOW2_ZERO;
+        from += m.bytes;
+    }
+    return 0;
+}
+
+static int qcow2_truncate(struct blk_node *n, uint64_t len)
+{
+    struct qcow2_state *s = n->opaque;
+    uint64_t need = qcow2_l1_entries_for(len, s->cluster_bits, s->extended_l2);
+    int r = 0;
+
+    if (s->read_only || s->snapshot_view) {
+        return err_setx(EPERM, "%s is read-only", n->filename);
+    }
+    if (len > INT64_MAX / 2) {
+        return err_setx(EFBIG, "qcow2: size %" PRIu64 " is too large", len);
+    }
+    if (s->hdr.version < 3 && s->n_snapshots) {
+        return err_setx(ENOTSUP, "qcow2: cannot resize a version 2 image that has snapshots");
+    }
+    pthread_mutex_lock(&s->lock);
+    if (len < s->hdr.size) {
+        bool used;
+        r = tail_in_use_locked(s, len, s->hdr.size, &used);
+        if (r == 0 && used) {
+            r = err_setx(ENOTSUP,
+                         "qcow2: cannot shrink to %" PRIu64 " bytes: data is stored "
+                         "past that point",
+                         len);
+        }
+    } else if (need > s->l1_size) {
+        r = grow_l1_locked(s, (uint32_t)need);
+    }
+    if (r == 0) {
+        uint64_t old = s->hdr.size;
+        s->hdr.size = len;
+        r = qcow2_write_header_locked(s);
+        if (r == 0) {
+            r = blk_flush(s->file);
+        }
+        if (r < 0) {
+            s->hdr.size = old;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* ---- open and close ---- */
+
+static int qcow2_probe(const uint8_t *buf, size_t len)
+{
+    uint32_t magic, version;
+
+    if (len < 8) {
+        return 0;
+    }
+    memcpy(&magic, buf, 4);
+    memcpy(&version, buf + 4, 4);
+    return be32toh(magic) == QCOW2_MAGIC && be32toh(version) >= 2 ? 100 : 0;
+}
+
+static int read_header(struct qcow2_state *s, struct blk_node *n)
+{
+    int64_t file_size = blk_get_length(n->file);
+    uint8_t first[QCOW2_V3_HEADER_LENGTH] = {0};
+    uint32_t cluster_bits;
+    int r;
+
+    if (file_size < 0) {
+        return (int)file_size;
+    }
+    r = blk_pread(n->file, 0, first, MIN((uint64_t)file_size, sizeof first));
+    if (r < 0) {
+        return r;
+    }
+    r = qcow2_header_peek_cluster_bits(first, MIN((size_t)file_size, sizeof first), &cluster_bits);
+    if (r < 0) {
+        return r;
+    }
+    size_t len = (size_t)MIN((uint64_t)file_size, 1ULL << cluster_bits);
+    CLEANUP_FREE uint8_t *buf = malloc(len);
+    if (!buf) {
+        return err_set(ENOMEM, "qcow2: header");
+    }
+    r = blk_pread(n->file, 0, buf, len);
+    if (r == 0) {
+        r = qcow2_header_parse(buf, len, (uint64_t)file_size, &s->hdr);
+    }
+    return r;
+}
+
+static void setup_geometry(struct qcow2_state *s)
+{
+    s->cluster_bits = s->hdr.cluster_bits;
+    s->cluster_size = 1ULL << s->cluster_bits;
+    s->extended_l2 = s->hdr.incompatible_features & QCOW2_INCOMPAT_EXTL2;
+    s->l2_entry_size = s->extended_l2 ? 16 : 8;
+    s->l2_bits = s->cluster_bits - (s->extended_l2 ? 4 : 3);
+    s->subcluster_bits = s->extended_l2 ? s->cluster_bits - 5 : s->cluster_bits;
+    s->csize_shift = 62 - (s->cluster_bits - 8);
+    s->csize_mask = (1ULL << (s->cluster_bits - 8)) - 1;
+    s->cluster_offset_mask = (1ULL << s->csize_shift) - 1;
+    s->refcount_bits = 1u << s->hdr.refcount_order;
+    s->refblock_bits = s->cluster_bits + 3 - s->hdr.refcount_order;
+    s->refcount_max = s->refcount_bits == 64 ? UINT64_MAX : (1ULL << s->refcount_bits) - 1;
+    s->l2_slice_size = (uint32_t)MIN(s->cluster_size, (uint64_t)L2_SLICE_MAX);
+    s->l2_slice_entries = s->l2_slice_size / s->l2_entry_size;
+    s->l1_size = s->hdr.l1_size;
+    s->l1_offset = s->hdr.l1_table_offset;
+    s->lazy_refcounts = s->hdr.compatible_features & QCOW2_COMPAT_LAZY_REFCOUNTS;
+}
+
+static int make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes)
+{
+    /* Default: enough L2 to map the whole image, at most 32 MiB. */
+    uint64_t whole = ((s->hdr.size + s->cluster_size - 1) >> s->cluster_bits) * s->l2_entry_size;
+    uint64_t bytes = l2_cache_bytes ? l2_cache_bytes : MIN(whole, (uint64_t)DEFAULT_L2_CACHE_MAX);
+    unsigned l2_entries = (unsigned)MAX(bytes / s->l2_slice_size, (uint64_t)MIN_L2_CACHE_ENTRIES);
+    unsigned rb_entries =
+        (unsigned)MAX(bytes / 4 / s->cluster_size, (uint64_t)MIN_RB_CACHE_ENTRIES);
+    int r = qcow2_cache_new(&s->l2_cache, s, s->l2_slice_size, l2_entries, true);
+
+    if (r == 0) {
+        r = qcow2_cache_new(&s->rb_cache, s, (uint32_t)s->cluster_size, rb_entries, false);
+    }
+    return r;
+}
+
+/* A backing file name: relative to the overlay's directory; protocols
+ * ("json:", "nbd:") are not opened from an image's header. */
+static int backing_path(struct qcow2_state *s, char **out)
+{
+    const char *name = s->hdr.backing_file;
+    const char *colon = strchr(name, ':');
+    const char *slash = strchr(name, '/');
+
+    if (colon && (!slash || colon < slash)) {
+        return err_setx(ENOTSUP,
+                        "qcow2: backing file '%s' names a protocol, which is not "
+                        "opened from an image header",
+                        name);
+    }
+    if (name[0] == '/') {
+        *out = strdup(name);
+    } else {
+        CLEANUP_FREE char *copy = strdup(s->node->filename);
+        if (!copy) {
+            return err_set(ENOMEM, "qcow2: backing path");
+        }
+        const char *dir = dirname(copy);
+        if (asprintf(out, "%s/%s", dir, name) < 0) {
+            *out = NULL;
+        }
+    }
+    return *out ? 0 : err_set(ENOMEM, "qcow2: backing path");
+}
+
+static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
+{
+    CLEANUP_FREE char *path = NULL;
+    struct blk_chain me = {0};
+    struct stat st;
+    int r = backing_path(s, &path);
+
+    if (r < 0) {
+        return r;
+    }
+    if (stat(s->node->filename, &st) == 0) {
+        me.dev = st.st_dev;
+        me.ino = st.st_ino;
+    }
+    me.up = opts->chain;
+    struct blk_open_opts bo = {
+        .filename = path,
+        .read_only = true,
+        .direct = opts->direct,
+        .aio = opts->aio,
+        .no_flush = opts->no_flush,
+        .depth = opts->depth + 1,
+        .chain = &me,
+    };
+    r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
+    if (r < 0) {
+        err_prefix("qcow2: %s: backing file", s->node->filename);
+    }
+    return r;
+}
+
+static int open_read_write(struct qcow2_state *s)
+{
+    uint64_t incompat = s->hdr.incompatible_features;
+    bool rewrite = false;
+    int r;
+
+    if (incompat & QCOW2_INCOMPAT_CORRUPT) {
+        return err_setx(EROFS,
+                        "qcow2: %s is marked corrupt: open it read-only, or repair it "
+                        "with 'diskimg check -r all'",
+                        s->node->filename);
+    }
+    if (incompat & QCOW2_INCOMPAT_DIRTY) {
+        /* Not closed cleanly (lazy refcounts, crashed writer): rebuild
+         * the refcounts before anything is written, as qemu does. */
+        r = qcow2_repair_refcounts(s);
+        if (r < 0) {
+            return r;
+        }
+        s->hdr.incompatible_features &= ~QCOW2_INCOMPAT_DIRTY;
+        rewrite = true;
+    }
+    if (s->hdr.autoclear_features) {
+        /* We keep no bitmaps and no raw data file up to date. */
+        s->hdr.autoclear_features = 0;
+        rewrite = true;
+    }
+    if (rewrite) {
+        pthread_mutex_lock(&s->lock);
+        r = qcow2_write_header_locked(s);
+        if (r == 0) {
+            r = blk_flush(s->file);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return r;
+    }
+    return 0;
+}
+
+static void qcow2_free_state(struct qcow2_state *s)
+{
+    blk_node_close(s->backing);
+    s->backing = NULL;
+    qcow2_cache_free(s->l2_cache);
+    qcow2_cache_free(s->rb_cache);
+    qcow2_free_snapshots(s);
+    qcow2_header_free(&s->hdr);
+    free(s->l1);
+    free(s->reftable);
+    free(s->pending);
+    free(s->meta);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->alloc_done);
+}
+
+static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct qcow2_state *s = n->opaque;
+    int64_t file_size;
+    int r;
+
+    s->node = n;
+    s->file = n->file;
+    s->read_only = opts->read_only;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->alloc_done, NULL);
+    r = read_header(s, n);
+    if (r < 0) {
+        goto fail;
+    }
+    setup_geometry(s);
+    file_size = blk_get_length(n->file);
+    s->file_end = ROUND_UP((uint64_t)file_size, s->cluster_size);
+    s->free_hint = 1;
+    if (s->hdr.compression_type == QCOW2_COMPRESSION_ZSTD) {
+#ifndef HAVE_ZSTD
+        r = err_setx(ENOTSUP,
+                     "qcow2: %s uses zstd compression, and this diskimg was built "
+                     "without libzstd",
+                     n->filename);
+        goto fail;
+#endif
+    }
+    r = qcow2_load_reftable(s);
+    if (r == 0) {
+        r = qcow2_load_l1(s);
+    }
+    if (r == 0) {
+        r = qcow2_read_snapshots(s);
+    }
+    if (r == 0) {
+        r = make_caches(s, opts->l2_cache_bytes);
+    }
+    if (r == 0) {
+        r = qcow2_build_metadata_map(s);
+        if (r < 0 && opts->read_only) {
+            /* Overlapping metadata only matters to writers. */
+            err_clear();
+            r = 0;
+        }
+    }
+    if (r == 0 && opts->snapshot) {
+        r = qcow2_load_snapshot_l1(s, opts->snapshot);
+    }
+    if (r == 0 && s->hdr.backing_file && !opts->no_backing) {
+        r = open_backing(s, opts);
+    }
+    if (r == 0 && !opts->read_only) {
+        r = open_read_write(s);
+    }
+    if (r < 0) {
+        goto fail;
+    }
+    n->file->growable = true;
+    n->supported_write_flags = 0; /* FUA: write, then flush of this node */
+    n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
+    n->zero_alignment = s->extended_l2 ? 1u << s->subcluster_bits : (uint32_t)s->cluster_size;
+    return 0;
+
+fail:
+    if (!strstr(err_msg(), n->filename)) {
+        err_prefix("%s", n->filename);
+    }
+    qcow2_free_state(s);
+    return r;
+}
+
+static void qcow2_close(struct blk_node *n)
+{
+    struct qcow2_state *s = n->opaque;
+
+    if (!s->read_only && !s->corrupt) {
+        pthread_mutex_lock(&s->lock);
+        if (qcow2_flush_caches_locked(s) < 0) {
+            log_error("qcow2: %s: writing metadata at close: %s", n->filename, err_msg());
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    qcow2_free_state(s);
+}
+
+static const struct blk_driver qcow2_driver = {
+    .name = "qcow2",
+    .is_format = true,
+    .state_size = sizeof(struct qcow2_state),
+    .probe = qcow2_probe,
+    .open = qcow2_open,
+    .close = qcow2_close,
+    .preadv = qcow2_preadv,
+    .pwritev = qcow2_pwritev,
+    .pwrite_zeroes = qcow2_pwrite_zeroes,
+    .discard = qcow2_discard,
+    .flush = qcow2_flush,
+    .block_status = qcow2_block_status,
+    .get_length = qcow2_get_length,
+    .truncate = qcow2_truncate,
+    .check = qcow2_check,
+};
+
+BLK_REGISTER_DRIVER(qcow2_driver)

@@ -1,0 +1,244 @@
+/* formats/qcow2/qcow2.h: the qcow2 driver's state, shared by its files.
+ *
+ *   header.c    cluster 0: parse, validate, serialise
+ *   cache.c     L2-slice and refcount-block caches (write-back, ordered)
+ *   refcount.c  reading and changing refcounts, growing the refcount table
+ *   cluster.c   guest offset -> host mapping through L1/L2
+ *   alloc.c     allocating writes, copy-on-write, zeroing and discard
+ *   compress.c  compressed clusters (zlib raw deflate, zstd)
+ *   snapshot.c  the internal snapshot table
+ *   check.c     consistency check and repair
+ *   qcow2.c     the driver: open, close, read, write, flush, block status
+ *
+ * Locking: s->lock guards all metadata (L1, caches, refcounts, the
+ * in-flight allocation list) and is never held across guest data I/O.
+ * Functions named *_locked expect it held.
+ *
+ * Crash safety: refcount increments reach the file before any L2 entry
+ * that points at the cluster (the L2 cache flushes the refcount cache and
+ * syncs the file before writing a dirty slice); a new L2 table is durable
+ * before the L1 entry points at it; refcount decrements are deferred until
+ * the L2 entries that stopped using the cluster are durable.  A crash
+ * therefore leaves at worst leaked clusters. */
+#ifndef DISKIMG_QCOW2_H
+#define DISKIMG_QCOW2_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/uio.h>
+
+#include "block/driver.h"
+#include "qcow2-format.h"
+
+struct qcow2_cache;
+
+enum qcow2_meta_kind {
+    QCOW2_META_HEADER,
+    QCOW2_META_L1,
+    QCOW2_META_REFTABLE,
+    QCOW2_META_REFBLOCK,
+    QCOW2_META_L2,
+    QCOW2_META_SNAPSHOTS,
+    QCOW2_META_SNAPSHOT_L1,
+};
+
+/* What a guest range maps to. */
+enum qcow2_map_type {
+    QCOW2_UNALLOCATED, /* read from the backing file, or zeroes */
+    QCOW2_ZERO,        /* reads as zeroes, without a host cluster */
+    QCOW2_ZERO_ALLOC,  /* reads as zeroes, host cluster kept (preallocated) */
+    QCOW2_NORMAL,      /* data at host offset */
+    QCOW2_COMPRESSED,  /* one compressed cluster */
+};
+
+struct qcow2_map {
+    enum qcow2_map_type type;
+    uint64_t bytes;    /* length of the run from the guest offset */
+    uint64_t host;     /* NORMAL/ZERO_ALLOC: host offset of the guest offset */
+    bool copied;       /* NORMAL: refcount is 1, overwrite in place */
+    uint64_t l2_entry; /* COMPRESSED: the descriptor */
+};
+
+/* An allocating write in flight: other writes to these guest clusters
+ * wait for it, so one cluster is never allocated twice. */
+struct qcow2_alloc {
+    uint64_t guest_start, guest_end; /* cluster-aligned */
+    struct qcow2_alloc *next;
+};
+
+/* A cluster whose refcount drops once the L2 change is durable. */
+struct qcow2_pending_free {
+    uint64_t offset, bytes;
+};
+
+struct qcow2_snapshot {
+    uint64_t l1_table_offset;
+    uint32_t l1_size;
+    char *id;
+    char *name;
+    uint32_t date_sec, date_nsec;
+    uint64_t vm_clock_nsec;
+    uint64_t vm_state_size;
+    uint64_t disk_size; /* 0 when not recorded */
+    int64_t icount;     /* -1 when not recorded */
+};
+
+struct qcow2_state {
+    struct blk_node *node;
+    struct blk_node *file;
+    struct blk_node *backing; /* NULL: none; reads past its end are zeroes */
+    struct qcow2_header hdr;
+
+    uint32_t cluster_bits;
+    uint64_t cluster_size;
+    bool extended_l2;
+    uint32_t l2_entry_size; /* 8, or 16 with extended L2 */
+    uint32_t l2_bits;       /* log2(entries per L2 table) */
+    uint32_t subcluster_bits;
+    uint32_t csize_shift; /* compressed descriptor split */
+    uint64_t csize_mask;
+    uint64_t cluster_offset_mask;
+    uint32_t refcount_bits;
+    uint32_t refblock_bits; /* log2(refcount entries per block) */
+    uint64_t refcount_max;
+
+    bool read_only;
+    bool snapshot_view; /* serving an internal snapshot (read-only) */
+    bool lazy_refcounts;
+    bool dirty_marked; /* we set the dirty bit for lazy refcounts */
+    bool corrupt;      /* detected at run time: stop writing */
+
+    pthread_mutex_t lock;
+    pthread_cond_t alloc_done;
+    struct qcow2_alloc *allocs;
+
+    uint64_t *l1; /* host order */
+    uint32_t l1_size;
+    uint64_t l1_offset;
+    uint64_t *reftable; /* host order */
+    uint32_t reftable_entries;
+    uint64_t reftable_offset;
+
+    struct qcow2_cache *l2_cache;
+    struct qcow2_cache *rb_cache;
+    uint32_t l2_slice_size; /* bytes */
+    uint32_t l2_slice_entries;
+
+    struct qcow2_pending_free *pending;
+    size_t n_pending, cap_pending;
+
+    uint64_t free_hint; /* lowest cluster index that may be free */
+    uint64_t file_end;  /* one past the last cluster we know of (bytes) */
+
+    struct qcow2_snapshot *snapshots;
+    uint32_t n_snapshots;
+    uint64_t snapshots_bytes; /* size of the snapshot table on disk */
+
+    /* Metadata ranges (host offsets) that data must never overwrite:
+     * sorted, built at open, extended as tables are allocated. */
+    struct qcow2_range {
+        uint64_t start, end;
+        enum qcow2_meta_kind kind;
+    } * meta;
+    size_t n_meta, cap_meta;
+
+    /* Guest data I/O in flight, by epoch: clusters freed while an I/O
+     * that mapped them may still run are not reused until it ends. */
+    _Atomic unsigned io_epoch;
+    _Atomic unsigned io_count[2];
+};
+
+/* qcow2.c */
+int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int qcow2_write_header_locked(struct qcow2_state *s);
+uint64_t qcow2_virtual_size(const struct qcow2_state *s);
+
+/* cache.c: tables are host-order arrays of u64 for L2 slices, raw bytes
+ * for refcount blocks.  A table stays valid until qcow2_cache_put(). */
+int qcow2_cache_new(struct qcow2_cache **out, struct qcow2_state *s, uint32_t table_size,
+                    unsigned entries, bool is_l2);
+void qcow2_cache_free(struct qcow2_cache *c);
+int qcow2_cache_get_locked(struct qcow2_cache *c, uint64_t offset, bool read, void **table);
+void qcow2_cache_put(struct qcow2_cache *c, void *table);
+void qcow2_cache_mark_dirty(struct qcow2_cache *c, void *table);
+int qcow2_cache_flush_locked(struct qcow2_cache *c);
+bool qcow2_cache_is_dirty(const struct qcow2_cache *c);
+/* Forget an entry (its cluster was freed); it must not be dirty-written. */
+void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset);
+/* Write every dirty table, in dependency order (refcounts, sync, L2). */
+int qcow2_flush_caches_locked(struct qcow2_state *s);
+
+/* refcount.c */
+int qcow2_load_reftable(struct qcow2_state *s);
+int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t *refcount);
+/* Add delta (+1/-1) to the refcount of every cluster in [offset, offset+bytes). */
+int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes, int delta);
+/* Find n contiguous free clusters, set their refcount to 1, and return
+ * their host offset. */
+int qcow2_alloc_clusters_locked(struct qcow2_state *s, uint64_t n, uint64_t *offset);
+/* Queue a refcount decrement for after the next L2 writeback. */
+int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
+int qcow2_apply_pending_frees_locked(struct qcow2_state *s);
+/* Free an L2 entry's host storage (normal or compressed) later. */
+int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
+
+/* cluster.c */
+int qcow2_load_l1(struct qcow2_state *s);
+int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes,
+                     struct qcow2_map *m);
+/* The L2 slice holding guest's entry, allocating (or copying a shared)
+ * L2 table when 'alloc'.  *index is the entry's index in the slice. */
+int qcow2_get_l2_slice_locked(struct qcow2_state *s, uint64_t guest, bool alloc, uint64_t **slice,
+                              unsigned *index);
+uint64_t qcow2_l2_get(const struct qcow2_state *s, const uint64_t *slice, unsigned i,
+                      uint64_t *bitmap);
+void qcow2_l2_set(const struct qcow2_state *s, uint64_t *slice, unsigned i, uint64_t entry,
+                  uint64_t bitmap);
+/* Metadata overlap: is any of [off, off+len) a metadata cluster (of a
+ * kind other than 'kind', for writes of metadata itself)? */
+bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len);
+bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
+                                   bool is_l2);
+int qcow2_add_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len,
+                              enum qcow2_meta_kind kind);
+void qcow2_remove_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len);
+/* Collect every metadata range; fails if two overlap. */
+int qcow2_build_metadata_map(struct qcow2_state *s);
+
+/* Data I/O epochs (see io_epoch): enter before guest data I/O on host
+ * clusters that were mapped under the lock, leave after. */
+unsigned qcow2_io_enter(struct qcow2_state *s);
+void qcow2_io_leave(struct qcow2_state *s, unsigned epoch);
+/* Wait until every data I/O that entered before now has left. */
+void qcow2_io_drain_locked(struct qcow2_state *s);
+
+/* alloc.c */
+int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                  unsigned flags);
+int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
+int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len);
+
+/* Reading: used by the read path and by copy-on-write. */
+int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
+
+/* compress.c */
+int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *out);
+/* Host clusters a compressed descriptor touches. */
+void qcow2_compressed_range(const struct qcow2_state *s, uint64_t l2_entry, uint64_t *offset,
+                            uint64_t *bytes);
+
+/* check.c */
+int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *report,
+                struct blk_check_result *res);
+int qcow2_repair_refcounts(struct qcow2_state *s);
+
+/* snapshot.c */
+int qcow2_read_snapshots(struct qcow2_state *s);
+void qcow2_free_snapshots(struct qcow2_state *s);
+int qcow2_load_snapshot_l1(struct qcow2_state *s, const char *name_or_id);
+
+#endif

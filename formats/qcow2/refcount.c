@@ -1,0 +1,494 @@
+/* formats/qcow2/refcount.c: refcounts.
+ *
+ * Refcounts are refcount_bits wide (1 to 64) in refcount blocks found
+ * through the refcount table.  Increments happen at once (in the cache);
+ * decrements wait in s->pending until the L2 entries that stopped pointing
+ * at the clusters are durable, so a crash never leaves a cluster that is
+ * referenced with a refcount of 0.  New refcount blocks and a bigger
+ * refcount table are written and synced before anything points at them. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "qcow2.h"
+
+int qcow2_load_reftable(struct qcow2_state *s)
+{
+    uint64_t bytes = (uint64_t)s->hdr.refcount_table_clusters * s->cluster_size;
+    CLEANUP_FREE uint64_t *t = malloc(bytes);
+    int r;
+
+    if (!t) {
+        return err_set(ENOMEM, "qcow2: refcount table of %" PRIu64 " bytes", bytes);
+    }
+    r = blk_pread(s->file, s->hdr.refcount_table_offset, t, bytes);
+    if (r < 0) {
+        return r;
+    }
+    s->reftable_entries = (uint32_t)(bytes / 8);
+    for (uint32_t i = 0; i < s->reftable_entries; i++) {
+        t[i] = be64toh(t[i]);
+        if (t[i] & REFT_RESERVED_MASK) {
+            return err_setx(EINVAL,
+                            "qcow2: refcount table entry %" PRIu32
+                            " has reserved bits set (0x%016" PRIx64 ")",
+                            i, t[i]);
+        }
+        if (t[i] && ((t[i] & (s->cluster_size - 1)) || t[i] >= QCOW2_MAX_HOST_OFFSET)) {
+            return err_setx(EINVAL,
+                            "qcow2: refcount block %" PRIu32 " at 0x%" PRIx64
+                            " is not a valid cluster offset",
+                            i, t[i]);
+        }
+    }
+    s->reftable = steal_ptr(&t);
+    s->reftable_offset = s->hdr.refcount_table_offset;
+    return 0;
+}
+
+/* Entry i of a refcount block (disk order, refcount_bits wide). */
+static uint64_t rb_get(const struct qcow2_state *s, const void *block, uint64_t i)
+{
+    const uint8_t *b = block;
+
+    switch (s->refcount_bits) {
+    case 1:
+    case 2:
+    case 4: {
+        uint64_t bit = i * s->refcount_bits;
+        return (b[bit / 8] >> (bit % 8)) & ((1u << s->refcount_bits) - 1);
+    }
+    case 8:
+        return b[i];
+    case 16: {
+        uint16_t v;
+        memcpy(&v, b + i * 2, 2);
+        return be16toh(v);
+    }
+    case 32: {
+        uint32_t v;
+        memcpy(&v, b + i * 4, 4);
+        return be32toh(v);
+    }
+    default: {
+        uint64_t v;
+        memcpy(&v, b + i * 8, 8);
+        return be64toh(v);
+    }
+    }
+}
+
+static void rb_set(const struct qcow2_state *s, void *block, uint64_t i, uint64_t value)
+{
+    uint8_t *b = block;
+
+    switch (s->refcount_bits) {
+    case 1:
+    case 2:
+    case 4: {
+        uint64_t bit = i * s->refcount_bits;
+        uint8_t mask = (uint8_t)(((1u << s->refcount_bits) - 1) << (bit % 8));
+        b[bit / 8] = (uint8_t)((b[bit / 8] & ~mask) | ((value << (bit % 8)) & mask));
+        break;
+    }
+    case 8:
+        b[i] = (uint8_t)value;
+        break;
+    case 16: {
+        uint16_t v = htobe16((uint16_t)value);
+        memcpy(b + i * 2, &v, 2);
+        break;
+    }
+    case 32: {
+        uint32_t v = htobe32((uint32_t)value);
+        memcpy(b + i * 4, &v, 4);
+        break;
+    }
+    default: {
+        uint64_t v = htobe64(value);
+        memcpy(b + i * 8, &v, 8);
+    }
+    }
+}
+
+int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t *refcount)
+{
+    uint64_t rt = cluster >> s->refblock_bits;
+    void *block;
+    int r;
+
+    *refcount = 0;
+    if (rt >= s->reftable_entries || s->reftable[rt] == 0) {
+        return 0; /* no refcount block: every refcount in its range is 0 */
+    }
+    r = qcow2_cache_get_locked(s->rb_cache, s->reftable[rt], true, &block);
+    if (r < 0) {
+        return r;
+    }
+    *refcount = rb_get(s, block, cluster & ((1ULL << s->refblock_bits) - 1));
+    qcow2_cache_put(s->rb_cache, block);
+    return 0;
+}
+
+static int write_reftable_entry(struct qcow2_state *s, uint64_t rt)
+{
+    uint64_t be = htobe64(s->reftable[rt]);
+
+    return blk_pwrite(s->file, s->reftable_offset + rt * 8, &be, 8, 0);
+}
+
+/* Is this cluster free (refcount 0) and not known metadata? */
+static int cluster_is_free(struct qcow2_state *s, uint64_t cluster, bool *free_)
+{
+    uint64_t rc;
+    int r = qcow2_get_refcount_locked(s, cluster, &rc);
+
+    if (r < 0) {
+        return r;
+    }
+    /* A hostile image may give metadata a refcount of 0: never hand that
+     * cluster out. */
+    *free_ = rc == 0 && cluster != 0 &&
+             !qcow2_overlaps_metadata(s, cluster << s->cluster_bits, s->cluster_size);
+    return 0;
+}
+
+/* First run of n free clusters at or after the hint. */
+static int find_free_run(struct qcow2_state *s, uint64_t n, uint64_t *start)
+{
+    uint64_t c = MAX(s->free_hint, 1), run = 0;
+    uint64_t limit = QCOW2_MAX_HOST_OFFSET >> s->cluster_bits;
+    bool f;
+    int r;
+
+    while (run < n) {
+        if (c + n - run >= limit) {
+            return err_setx(ENOSPC, "qcow2: no room for %" PRIu64 " more clusters", n);
+        }
+        r = cluster_is_free(s, c + run, &f);
+        if (r < 0) {
+            return r;
+        }
+        if (f) {
+            run++;
+        } else {
+            c += run + 1;
+            run = 0;
+        }
+    }
+    *start = c;
+    return 0;
+}
+
+static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries);
+
+/* Create the refcount block for table index rt.  Returns -EAGAIN when it
+ * had to create another block first: the caller searches again. */
+static int alloc_refblock_locked(struct qcow2_state *s, uint64_t rt)
+{
+    uint64_t per_block = 1ULL << s->refblock_bits;
+    uint64_t c, off;
+    void *block;
+    int r;
+
+    if (rt >= s->reftable_entries) {
+        r = grow_reftable_locked(s, rt + 1);
+        return r < 0 ? r : -EAGAIN;
+    }
+    r = find_free_run(s, 1, &c);
+    if (r < 0) {
+        return r;
+    }
+    off = c << s->cluster_bits;
+    if ((c >> s->refblock_bits) != rt) {
+        /* The block's own cluster is counted by another block. */
+        uint64_t other = c >> s->refblock_bits;
+        if (other >= s->reftable_entries || s->reftable[other] == 0) {
+            r = alloc_refblock_locked(s, other);
+            return r < 0 ? r : -EAGAIN;
+        }
+        r = qcow2_update_refcount_locked(s, off, s->cluster_size, 1);
+        if (r < 0) {
+            return r;
+        }
+    }
+    r = qcow2_cache_get_locked(s->rb_cache, off, false, &block);
+    if (r < 0) {
+        return r;
+    }
+    if ((c >> s->refblock_bits) == rt) {
+        rb_set(s, block, c & (per_block - 1), 1); /* counts itself */
+    }
+    qcow2_cache_mark_dirty(s->rb_cache, block);
+    qcow2_cache_put(s->rb_cache, block);
+    r = qcow2_add_metadata_locked(s, off, s->cluster_size, QCOW2_META_REFBLOCK);
+    /* The block (and its own refcount) is durable before the table
+     * points at it. */
+    if (r == 0) {
+        r = qcow2_cache_flush_locked(s->rb_cache);
+    }
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r < 0) {
+        return r;
+    }
+    s->reftable[rt] = off;
+    s->file_end = MAX(s->file_end, off + s->cluster_size);
+    return write_reftable_entry(s, rt);
+}
+
+static int get_refblock_locked(struct qcow2_state *s, uint64_t rt, bool alloc, void **block)
+{
+    int r;
+
+    while (rt >= s->reftable_entries || s->reftable[rt] == 0) {
+        if (!alloc) {
+            return qcow2_mark_corrupt_locked(s,
+                                             "refcount of a used cluster is in a missing "
+                                             "refcount block (%" PRIu64 ")",
+                                             rt);
+        }
+        r = alloc_refblock_locked(s, rt);
+        if (r < 0 && r != -EAGAIN) {
+            return r;
+        }
+    }
+    return qcow2_cache_get_locked(s->rb_cache, s->reftable[rt], true, block);
+}
+
+int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes, int delta)
+{
+    uint64_t first = offset >> s->cluster_bits;
+    uint64_t last = (offset + bytes - 1) >> s->cluster_bits;
+    uint64_t per_block = 1ULL << s->refblock_bits;
+
+    if (bytes == 0) {
+        return 0;
+    }
+    for (uint64_t c = first; c <= last; c++) {
+        void *block;
+        int r = get_refblock_locked(s, c >> s->refblock_bits, delta > 0, &block);
+        if (r < 0) {
+            return r;
+        }
+        uint64_t v = rb_get(s, block, c & (per_block - 1));
+        if ((delta > 0 && v >= s->refcount_max) || (delta < 0 && v == 0)) {
+            qcow2_cache_put(s->rb_cache, block);
+            if (delta > 0) {
+                return err_setx(ERANGE,
+                                "qcow2: refcount of cluster 0x%" PRIx64 " would exceed %" PRIu64,
+                                c << s->cluster_bits, s->refcount_max);
+            }
+            return qcow2_mark_corrupt_locked(
+                s, "refcount of cluster 0x%" PRIx64 " would drop below 0", c << s->cluster_bits);
+        }
+        rb_set(s, block, c & (per_block - 1), delta > 0 ? v + 1 : v - 1);
+        qcow2_cache_mark_dirty(s->rb_cache, block);
+        qcow2_cache_put(s->rb_cache, block);
+        if (delta < 0 && v == 1) {
+            /* Free now: forget cached tables that lived there. */
+            uint64_t off = c << s->cluster_bits;
+            qcow2_cache_discard_locked(s->l2_cache, off);
+            qcow2_remove_metadata_locked(s, off, s->cluster_size);
+            s->free_hint = MIN(s->free_hint, c);
+        }
+    }
+    return 0;
+}
+
+int qcow2_alloc_clusters_locked(struct qcow2_state *s, uint64_t n, uint64_t *offset)
+{
+    uint64_t c;
+    int r;
+
+    for (;;) {
+        r = find_free_run(s, n, &c);
+        if (r < 0) {
+            return r;
+        }
+        /* Make sure every block that counts the run exists; creating one
+         * may take a cluster of the run, so search again. */
+        bool again = false;
+        for (uint64_t rt = c >> s->refblock_bits; rt <= (c + n - 1) >> s->refblock_bits; rt++) {
+            if (rt >= s->reftable_entries || s->reftable[rt] == 0) {
+                r = alloc_refblock_locked(s, rt);
+                if (r < 0 && r != -EAGAIN) {
+                    return r;
+                }
+                again = true;
+                break;
+            }
+        }
+        if (!again) {
+            break;
+        }
+    }
+    r = qcow2_update_refcount_locked(s, c << s->cluster_bits, n << s->cluster_bits, 1);
+    if (r < 0) {
+        return r;
+    }
+    s->free_hint = c + n;
+    *offset = c << s->cluster_bits;
+    s->file_end = MAX(s->file_end, *offset + (n << s->cluster_bits));
+    return 0;
+}
+
+/* Refcount table growth: a new, larger table and the refcount blocks that
+ * count the new area are placed together at the end of the file, counted
+ * by themselves, written and synced; then the header switches to them. */
+static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
+{
+    uint64_t cs = s->cluster_size, entries_per_cluster = cs / 8;
+    uint64_t start = ROUND_UP(s->file_end, cs) >> s->cluster_bits;
+    uint64_t new_entries = MAX(min_entries, (uint64_t)s->reftable_entries * 2);
+    uint64_t table_clusters, new_blocks = 0, end;
+    int r;
+
+    if (start == 0) {
+        start = 1;
+    }
+    /* Fixed point: the area holds the table and the blocks counting it. */
+    for (;;) {
+        table_clusters = ROUND_UP(new_entries, entries_per_cluster) / entries_per_cluster;
+        end = start + table_clusters + new_blocks;
+        uint64_t need_entries = ((end - 1) >> s->refblock_bits) + 1;
+        uint64_t blocks = 0;
+        for (uint64_t rt = start >> s->refblock_bits; rt <= (end - 1) >> s->refblock_bits; rt++) {
+            if (rt >= s->reftable_entries || s->reftable[rt] == 0) {
+                blocks++;
+            }
+        }
+        if (need_entries > new_entries) {
+            new_entries = need_entries;
+            continue;
+        }
+        if (blocks == new_blocks) {
+            break;
+        }
+        new_blocks = blocks;
+    }
+    if (table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
+        return err_setx(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
+    }
+    CLEANUP_FREE uint64_t *table = calloc(table_clusters * entries_per_cluster, 8);
+    if (!table) {
+        return err_set(ENOMEM, "qcow2: refcount table");
+    }
+    memcpy(table, s->reftable, (size_t)s->reftable_entries * 8);
+
+    /* Place new blocks after the table and count the whole area. */
+    uint64_t next_block = start + table_clusters;
+    for (uint64_t rt = start >> s->refblock_bits; rt <= (end - 1) >> s->refblock_bits; rt++) {
+        if (!table[rt]) {
+            table[rt] = next_block++ << s->cluster_bits;
+            void *block;
+            r = qcow2_cache_get_locked(s->rb_cache, table[rt], false, &block);
+            if (r < 0) {
+                return r;
+            }
+            qcow2_cache_mark_dirty(s->rb_cache, block);
+            qcow2_cache_put(s->rb_cache, block);
+            r = qcow2_add_metadata_locked(s, table[rt], cs, QCOW2_META_REFBLOCK);
+            if (r < 0) {
+                return r;
+            }
+        }
+    }
+    /* Switch the in-memory table first so refcount updates of the area
+     * find the new blocks; on failure below the image is marked corrupt
+     * rather than left half-switched in memory. */
+    uint64_t *old_table = s->reftable;
+    uint32_t old_entries = s->reftable_entries;
+    uint64_t old_offset = s->reftable_offset;
+    s->reftable = steal_ptr(&table);
+    s->reftable_entries = (uint32_t)(table_clusters * entries_per_cluster);
+    s->reftable_offset = start << s->cluster_bits;
+    s->file_end = MAX(s->file_end, end << s->cluster_bits);
+    r = qcow2_update_refcount_locked(s, start << s->cluster_bits, (end - start) << s->cluster_bits,
+                                     1);
+    if (r == 0) {
+        r = qcow2_add_metadata_locked(s, s->reftable_offset, table_clusters * cs,
+                                      QCOW2_META_REFTABLE);
+    }
+    if (r == 0) {
+        r = qcow2_cache_flush_locked(s->rb_cache);
+    }
+    if (r == 0) {
+        CLEANUP_FREE uint64_t *be = malloc(table_clusters * cs);
+        if (!be) {
+            r = err_set(ENOMEM, "qcow2: refcount table");
+        } else {
+            for (uint64_t i = 0; i < s->reftable_entries; i++) {
+                be[i] = htobe64(s->reftable[i]);
+            }
+            r = blk_pwrite(s->file, s->reftable_offset, be, table_clusters * cs, 0);
+        }
+    }
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r == 0) {
+        s->hdr.refcount_table_offset = s->reftable_offset;
+        s->hdr.refcount_table_clusters = (uint32_t)table_clusters;
+        r = qcow2_write_header_locked(s);
+    }
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    if (r < 0) {
+        free(old_table);
+        return qcow2_mark_corrupt_locked(s, "growing the refcount table failed: %s", err_msg_or(r));
+    }
+    free(old_table);
+    (void)old_entries;
+    qcow2_remove_metadata_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
+    return qcow2_free_later_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
+}
+
+int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes)
+{
+    if (bytes == 0) {
+        return 0;
+    }
+    if (s->n_pending == s->cap_pending) {
+        size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
+        struct qcow2_pending_free *p = realloc(s->pending, cap * sizeof *p);
+        if (!p) {
+            return err_set(ENOMEM, "qcow2: pending frees");
+        }
+        s->pending = p;
+        s->cap_pending = cap;
+    }
+    s->pending[s->n_pending++] = (struct qcow2_pending_free){offset, bytes};
+    return 0;
+}
+
+int qcow2_apply_pending_frees_locked(struct qcow2_state *s)
+{
+    int r = 0;
+
+    /* Reads that mapped these clusters before they were dropped may still
+     * be running: let them finish before the clusters can be reused. */
+    qcow2_io_drain_locked(s);
+    for (size_t i = 0; i < s->n_pending && r == 0; i++) {
+        r = qcow2_update_refcount_locked(s, s->pending[i].offset, s->pending[i].bytes, -1);
+    }
+    s->n_pending = 0;
+    return r;
+}
+
+int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry)
+{
+    if (l2_entry & QCOW_OFLAG_COMPRESSED) {
+        uint64_t off, bytes;
+        qcow2_compressed_range(s, l2_entry, &off, &bytes);
+        return qcow2_free_later_locked(s, off, bytes);
+    }
+    uint64_t host = l2_entry & L2E_OFFSET_MASK;
+    return host ? qcow2_free_later_locked(s, host, s->cluster_size) : 0;
+}
