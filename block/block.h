@@ -87,6 +87,8 @@ struct blk_image_opts {
     const char *snapshot;    /* -l: an internal snapshot, read-only */
     uint64_t l2_cache_bytes; /* 0 = default (enough for the whole image, at most 32 MiB) */
     bool no_backing;         /* metadata only: leave the backing file closed */
+    bool for_check;          /* for check: report (do not repair) a dirty image, and allow
+                                repairing one marked corrupt */
 };
 
 struct blk_image;
@@ -104,6 +106,8 @@ bool blk_image_native_fua(const struct blk_image *img);
 /* Write zeroes with BLK_REQ_NO_FALLBACK can succeed (fast zero). */
 bool blk_image_can_fast_zero(const struct blk_image *img);
 struct blk_node *blk_image_root(const struct blk_image *img);
+/* Images in the backing chain, this one included. */
+unsigned blk_image_chain_length(const struct blk_image *img);
 const char *blk_image_format(const struct blk_image *img);
 
 int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len);
@@ -134,6 +138,67 @@ bool blk_cache_mode_direct(enum blk_cache_mode m);
 bool blk_cache_mode_writethrough(enum blk_cache_mode m);
 /* Is io_uring compiled in? */
 bool blk_aio_available(enum blk_aio a);
+
+/* ---- Image information (qemu-img info) ---- */
+
+struct blk_snapshot_info {
+    char *id;
+    char *name;
+    uint64_t vm_state_size;
+    uint32_t date_sec, date_nsec;
+    uint64_t vm_clock_nsec;
+    int64_t icount; /* -1: not recorded */
+};
+
+/* One format-specific fact, printed as JSON "key": value and as a
+ * "label: value" line. */
+struct blk_info_field {
+    const char *key;
+    const char *label;
+    enum { BLK_INFO_STR, BLK_INFO_INT, BLK_INFO_BOOL } type;
+    const char *s;
+    int64_t i;
+    bool b;
+};
+
+#define BLK_INFO_MAX_FIELDS 16
+
+struct blk_image_info {
+    const char *format;
+    uint64_t virtual_size;
+    int64_t actual_size;   /* bytes allocated on the host, -1 unknown */
+    uint64_t cluster_size; /* 0: the format has none */
+    bool dirty;
+    char *backing_file;      /* as recorded in the image */
+    char *backing_format;    /* NULL: not recorded */
+    char *full_backing_file; /* resolved against the image's directory */
+    struct blk_snapshot_info *snapshots;
+    unsigned n_snapshots;
+    struct blk_info_field fields[BLK_INFO_MAX_FIELDS];
+    unsigned n_fields;
+};
+
+int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);
+void blk_image_info_free(struct blk_image_info *info);
+
+/* ---- Creating images (qemu-img create) ---- */
+
+struct blk_create_opts {
+    const char *filename;
+    const char *format; /* "raw", "qcow2" */
+    uint64_t size;
+    bool size_set;              /* else: the backing file's size */
+    const char *backing_file;   /* -b, stored as given */
+    const char *backing_format; /* -F; probed when NULL */
+    const char *options;        /* -o key=value,... (format specific) */
+    bool no_open_backing;       /* -u: trust size and backing format as given */
+};
+
+/* Create (or truncate) the file and format it.  *summary (malloc'd) gets
+ * the option list qemu-img prints after "Formatting 'FILE', ". */
+int blk_create(const struct blk_create_opts *o, char **summary);
+/* Help text for -o help, or NULL if the format has no options. */
+const char *blk_create_options_help(const char *format);
 
 /* ---- Consistency check (qemu-img check) ---- */
 

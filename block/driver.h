@@ -40,6 +40,7 @@ struct blk_open_opts {
     uint64_t l2_cache_bytes;       /* 0 = default */
     bool no_backing;               /* do not open the backing file (info) */
     bool no_flush;                 /* cache=unsafe: protocol flushes are no-ops */
+    bool for_check;                /* opened by check: no automatic repair */
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
 };
@@ -80,6 +81,13 @@ struct blk_driver {
     int (*prefetch)(struct blk_node *n, uint64_t off, uint64_t len);
     int64_t (*get_length)(struct blk_node *n);
     int (*truncate)(struct blk_node *n, uint64_t len);
+    /* Fill what the format knows (all but format and actual_size). */
+    int (*get_info)(struct blk_node *n, struct blk_image_info *info);
+    /* Host bytes the node uses (protocols). */
+    int64_t (*allocated_size)(struct blk_node *n);
+    /* Format a newly created (empty) protocol node. */
+    int (*create)(struct blk_node *file, const struct blk_create_opts *o, char **summary);
+    const char *create_help; /* text for -o help */
     /* Consistency check and repair (formats); NULL: nothing to check. */
     int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
                  struct blk_check_result *res);
@@ -100,9 +108,10 @@ struct blk_node_stats {
 
 struct blk_node {
     const struct blk_driver *drv;
-    void *opaque;          /* driver state, drv->state_size bytes */
-    struct blk_node *file; /* the child: protocol under a format; NULL for protocols */
-    char *filename;        /* for messages */
+    void *opaque;             /* driver state, drv->state_size bytes */
+    struct blk_node *file;    /* the child: protocol under a format; NULL for protocols */
+    struct blk_node *backing; /* the backing image (format node), owned by the driver */
+    char *filename;           /* for messages */
 
     bool read_only;
     bool growable; /* writes past the end extend it (a format's child) */

@@ -370,8 +370,10 @@ static int file_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
     struct file_state *s = n->opaque;
     int64_t size = atomic_load(&s->size);
     /* A raw file is the image: holes are part of it, reading as zeroes. */
-    struct blk_extent hole = {
-        .flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED, .depth = 1, .filename = n->filename};
+    struct blk_extent hole = {.flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
+                              .offset = off,
+                              .depth = 1,
+                              .filename = n->filename};
     struct blk_extent data = {.flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET,
                               .offset = off,
                               .depth = 1,
@@ -440,6 +442,17 @@ static int file_truncate(struct blk_node *n, uint64_t len)
     return 0;
 }
 
+static int64_t file_allocated_size(struct blk_node *n)
+{
+    struct file_state *s = n->opaque;
+    struct stat st;
+
+    if (fstat(s->fd, &st) < 0) {
+        return -errno;
+    }
+    return (int64_t)st.st_blocks * 512;
+}
+
 static const struct blk_driver file_driver = {
     .name = "file",
     .state_size = sizeof(struct file_state),
@@ -454,6 +467,7 @@ static const struct blk_driver file_driver = {
     .prefetch = file_prefetch,
     .get_length = file_get_length,
     .truncate = file_truncate,
+    .allocated_size = file_allocated_size,
 };
 
 BLK_REGISTER_DRIVER(file_driver)

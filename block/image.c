@@ -41,6 +41,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .l2_cache_bytes = opts->l2_cache_bytes,
         .no_backing = opts->no_backing,
         .no_flush = opts->cache == BLK_CACHE_UNSAFE,
+        .for_check = opts->for_check,
     };
     struct blk_node *root = NULL;
     struct blk_image *img;
@@ -116,6 +117,16 @@ struct blk_node *blk_image_root(const struct blk_image *img)
     return img->root;
 }
 
+unsigned blk_image_chain_length(const struct blk_image *img)
+{
+    unsigned n = 0;
+
+    for (const struct blk_node *b = img->root; b; b = b->backing) {
+        n++;
+    }
+    return n;
+}
+
 const char *blk_image_format(const struct blk_image *img)
 {
     return img->root->drv->name;
@@ -189,6 +200,37 @@ int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigne
         r = blk_flush(img->root);
     }
     return r;
+}
+
+int blk_image_get_info(struct blk_image *img, struct blk_image_info *info)
+{
+    struct blk_node *n = img->root, *bottom = n;
+    int r = 0;
+
+    memset(info, 0, sizeof *info);
+    info->format = n->drv->name;
+    info->virtual_size = blk_image_size(img);
+    while (bottom->file) {
+        bottom = bottom->file;
+    }
+    info->actual_size = bottom->drv->allocated_size ? bottom->drv->allocated_size(bottom) : -1;
+    if (n->drv->get_info) {
+        r = n->drv->get_info(n, info);
+    }
+    return r;
+}
+
+void blk_image_info_free(struct blk_image_info *info)
+{
+    free(info->backing_file);
+    free(info->backing_format);
+    free(info->full_backing_file);
+    for (unsigned i = 0; i < info->n_snapshots; i++) {
+        free(info->snapshots[i].id);
+        free(info->snapshots[i].name);
+    }
+    free(info->snapshots);
+    memset(info, 0, sizeof *info);
 }
 
 int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,

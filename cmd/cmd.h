@@ -3,6 +3,9 @@
 #ifndef DISKIMG_CMD_CMD_H
 #define DISKIMG_CMD_CMD_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Exit codes shared by every subcommand unless its man page says more. */
@@ -17,11 +20,25 @@ struct cmd {
     void (*usage)(FILE *f);
 };
 
+/* check's own codes, as qemu-img check */
+#define EXIT_CHECK_CORRUPT 2
+#define EXIT_CHECK_LEAKS 3
+#define EXIT_CHECK_UNSUPPORTED 63
+
 extern const struct cmd cmd_serve;
+extern const struct cmd cmd_create;
+extern const struct cmd cmd_info;
+extern const struct cmd cmd_check;
+extern const struct cmd cmd_map;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints err_msg() (or strerror(-r)) once, as "diskimg: message". */
 void cmd_print_error(int r);
+
+/* --output=human|json; returns 0 or EXIT_USAGE after printing why. */
+int cmd_parse_output(const char *sub, const char *arg, bool *json);
+/* "64 MiB", "196 KiB": three significant digits, binary units. */
+void cmd_size_str(uint64_t bytes, char *buf, size_t len);
 
 #endif

@@ -251,3 +251,37 @@ uint64_t clock_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
+
+int kv_foreach(const char *list, int (*fn)(const char *key, const char *value, void *opaque),
+               void *opaque)
+{
+    size_t len = strlen(list);
+    char *buf = malloc(len + 1);
+    int r = 0;
+
+    if (!buf) {
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i <= len && r == 0;) {
+        size_t o = 0;
+        /* one item: up to a comma that is not doubled */
+        while (i < len && !(list[i] == ',' && list[i + 1] != ',')) {
+            if (list[i] == ',' && list[i + 1] == ',') {
+                i++;
+            }
+            buf[o++] = list[i++];
+        }
+        buf[o] = '\0';
+        i++;
+        if (o == 0) {
+            continue;
+        }
+        char *eq = strchr(buf, '=');
+        if (eq) {
+            *eq = '\0';
+        }
+        r = fn(buf, eq ? eq + 1 : NULL, opaque);
+    }
+    free(buf);
+    return r;
+}

@@ -34,4 +34,10 @@ int iov_slice(const struct iovec *iov, int iovcnt, size_t skip, size_t len, stru
 /* Monotonic clock in nanoseconds. */
 uint64_t clock_ns(void);
 
+/* Walk a qemu-style option list "key=value,key2=value2" (",," is a literal
+ * comma; a bare "key" has value NULL), calling fn for each pair; stops at
+ * the first non-zero return and returns it. */
+int kv_foreach(const char *list, int (*fn)(const char *key, const char *value, void *opaque),
+               void *opaque);
+
 #endif

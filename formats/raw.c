@@ -9,10 +9,12 @@
  * with a backing file of the host's choosing on the next probe. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "block/driver.h"
 #include "common/error.h"
+#include "common/cleanup.h"
 #include "common/util.h"
 
 #define RAW_PROBE_BYTES 512
@@ -159,6 +161,80 @@ static int raw_truncate(struct blk_node *n, uint64_t len)
     return blk_truncate(n->file, len);
 }
 
+/* ---- create ---- */
+
+enum raw_prealloc { RAW_PREALLOC_OFF, RAW_PREALLOC_FALLOC, RAW_PREALLOC_FULL };
+
+struct raw_create {
+    uint64_t size;
+    bool size_set;
+    enum raw_prealloc prealloc;
+};
+
+static int raw_create_opt(const char *key, const char *value, void *opaque)
+{
+    struct raw_create *c = opaque;
+
+    if (!value) {
+        return err_setx(EINVAL, "raw: option '%s' needs a value", key);
+    }
+    if (strcmp(key, "size") == 0) {
+        if (parse_size(value, &c->size) < 0) {
+            return err_setx(EINVAL, "raw: invalid size '%s'", value);
+        }
+        c->size_set = true;
+    } else if (strcmp(key, "preallocation") == 0) {
+        if (strcmp(value, "off") == 0) {
+            c->prealloc = RAW_PREALLOC_OFF;
+        } else if (strcmp(value, "falloc") == 0) {
+            c->prealloc = RAW_PREALLOC_FALLOC;
+        } else if (strcmp(value, "full") == 0) {
+            c->prealloc = RAW_PREALLOC_FULL;
+        } else {
+            return err_setx(EINVAL, "raw: preallocation '%s' is not off, falloc or full", value);
+        }
+    } else {
+        return err_setx(EINVAL, "raw: unknown option '%s'", key);
+    }
+    return 0;
+}
+
+static int raw_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+{
+    static const char *const prealloc_names[] = {"off", "falloc", "full"};
+    struct raw_create c = {.size = o->size, .size_set = o->size_set};
+    int r;
+
+    if (o->backing_file) {
+        return err_setx(EINVAL, "raw images cannot have a backing file");
+    }
+    if (o->options && (r = kv_foreach(o->options, raw_create_opt, &c)) != 0) {
+        return r;
+    }
+    if (!c.size_set) {
+        return err_setx(EINVAL, "raw: the image size is required");
+    }
+    r = blk_truncate(file, c.size);
+    if (r == 0 && c.prealloc == RAW_PREALLOC_FALLOC && c.size) {
+        r = blk_pwrite_zeroes(file, 0, c.size, 0); /* allocates, reads as zeroes */
+    }
+    if (r == 0 && c.prealloc == RAW_PREALLOC_FULL) {
+        static const uint8_t zeroes[1 << 16];
+        for (uint64_t off = 0; r == 0 && off < c.size; off += sizeof zeroes) {
+            r = blk_pwrite(file, off, zeroes, MIN((uint64_t)sizeof zeroes, c.size - off), 0);
+        }
+    }
+    if (r < 0) {
+        return r;
+    }
+    if (asprintf(summary, "fmt=raw size=%" PRIu64 "%s%s", c.size,
+                 c.prealloc ? " preallocation=" : "",
+                 c.prealloc ? prealloc_names[c.prealloc] : "") < 0) {
+        *summary = NULL;
+    }
+    return 0;
+}
+
 static const struct blk_driver raw_driver = {
     .name = "raw",
     .is_format = true,
@@ -173,6 +249,10 @@ static const struct blk_driver raw_driver = {
     .prefetch = raw_prefetch,
     .get_length = raw_get_length,
     .truncate = raw_truncate,
+    .create = raw_create,
+    .create_help = "Supported options:\n"
+                   "  size=<size>             Virtual disk size\n"
+                   "  preallocation=<mode>    off (default), falloc, full\n",
 };
 
 BLK_REGISTER_DRIVER(raw_driver)

@@ -414,3 +414,39 @@ int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len)
     r = zero_or_discard(s, start, end - start, true);
     return r == -ENOTSUP ? 0 : r;
 }
+
+int qcow2_preallocate(struct blk_node *n, bool falloc, bool full)
+{
+    struct qcow2_state *s = n->opaque;
+    uint64_t cs = s->cluster_size;
+    uint64_t total = (s->hdr.size + cs - 1) >> s->cluster_bits;
+    int r = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (uint64_t c = 0; c < total && r == 0;) {
+        uint64_t count = MIN(total - c, (uint64_t)MAX_ALLOC_CLUSTERS), host;
+        r = qcow2_alloc_clusters_locked(s, count, &host);
+        if (r == 0) {
+            r = update_l2_locked(s, c * cs, count, host);
+        }
+        if (r == 0 && falloc) {
+            /* ZERO_RANGE allocates extents that read as zeroes. */
+            r = blk_pwrite_zeroes(s->file, host, count * cs, 0);
+        }
+        for (uint64_t off = 0; r == 0 && full && off < count * cs; off += 1u << 20) {
+            static const uint8_t zeroes[1u << 20];
+            r = blk_pwrite(s->file, host + off, zeroes,
+                           MIN((uint64_t)sizeof zeroes, count * cs - off), 0);
+        }
+        c += count;
+    }
+    if (r == 0) {
+        r = qcow2_flush_caches_locked(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (r == 0 && blk_get_length(s->file) < (int64_t)s->file_end) {
+        /* Metadata only: the data clusters exist as a hole. */
+        r = blk_truncate(s->file, s->file_end);
+    }
+    return r;
+}

@@ -569,6 +569,13 @@ int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *rep, struct bl
     if (r == 0) {
         r = check_copied_flags(&c, repair == BLK_REPAIR_ALL);
     }
+    if (r == 0 && repair == BLK_REPAIR_ALL && res->corruptions == res->corruptions_fixed &&
+        (s->hdr.incompatible_features & (QCOW2_INCOMPAT_CORRUPT | QCOW2_INCOMPAT_DIRTY))) {
+        /* Consistent again: the image may be opened read-write. */
+        s->hdr.incompatible_features &= ~(QCOW2_INCOMPAT_CORRUPT | QCOW2_INCOMPAT_DIRTY);
+        s->corrupt = false;
+        r = qcow2_write_header_locked(s);
+    }
     if (r == 0 && repair != BLK_REPAIR_NONE) {
         r = qcow2_flush_caches_locked(s);
         if (r == 0) {

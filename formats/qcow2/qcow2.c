@@ -487,7 +487,8 @@ static int backing_path(struct qcow2_state *s, char **out)
                         "opened from an image header",
                         name);
     }
-    if (name[0] == '/') {
+    if (name[0] == '/' || !strchr(s->node->filename, '/')) {
+        /* absolute, or relative to an overlay in the current directory */
         *out = strdup(name);
     } else {
         CLEANUP_FREE char *copy = strdup(s->node->filename);
@@ -529,16 +530,21 @@ static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
     r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
     if (r < 0) {
         err_prefix("qcow2: %s: backing file", s->node->filename);
+        return r;
     }
-    return r;
+    s->node->backing = s->backing;
+    return 0;
 }
 
-static int open_read_write(struct qcow2_state *s)
+static int open_read_write(struct qcow2_state *s, bool for_check)
 {
     uint64_t incompat = s->hdr.incompatible_features;
     bool rewrite = false;
     int r;
 
+    if (for_check) {
+        return 0; /* check reports and repairs what it finds */
+    }
     if (incompat & QCOW2_INCOMPAT_CORRUPT) {
         return err_setx(EROFS,
                         "qcow2: %s is marked corrupt: open it read-only, or repair it "
@@ -576,6 +582,7 @@ static void qcow2_free_state(struct qcow2_state *s)
 {
     blk_node_close(s->backing);
     s->backing = NULL;
+    s->node->backing = NULL;
     qcow2_cache_free(s->l2_cache);
     qcow2_cache_free(s->rb_cache);
     qcow2_free_snapshots(s);
@@ -597,6 +604,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->node = n;
     s->file = n->file;
     s->read_only = opts->read_only;
+    n->file->growable = true; /* clusters are appended; repair at open may append too */
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->alloc_done, NULL);
     r = read_header(s, n);
@@ -641,12 +649,11 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = open_backing(s, opts);
     }
     if (r == 0 && !opts->read_only) {
-        r = open_read_write(s);
+        r = open_read_write(s, opts->for_check);
     }
     if (r < 0) {
         goto fail;
     }
-    n->file->growable = true;
     n->supported_write_flags = 0; /* FUA: write, then flush of this node */
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
     n->zero_alignment = s->extended_l2 ? 1u << s->subcluster_bits : (uint32_t)s->cluster_size;
@@ -674,6 +681,69 @@ static void qcow2_close(struct blk_node *n)
     qcow2_free_state(s);
 }
 
+static void info_field(struct blk_image_info *info, struct blk_info_field f)
+{
+    if (info->n_fields < BLK_INFO_MAX_FIELDS) {
+        info->fields[info->n_fields++] = f;
+    }
+}
+
+static int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
+{
+    struct qcow2_state *s = n->opaque;
+    const struct qcow2_header *h = &s->hdr;
+
+    info->cluster_size = s->cluster_size;
+    info->dirty = h->incompatible_features & QCOW2_INCOMPAT_DIRTY;
+    if (h->backing_file) {
+        info->backing_file = strdup(h->backing_file);
+        if (h->backing_format) {
+            info->backing_format = strdup(h->backing_format);
+        }
+        if (backing_path(s, &info->full_backing_file) < 0) {
+            info->full_backing_file = strdup(h->backing_file);
+            err_clear();
+        }
+    }
+    info->snapshots = calloc(s->n_snapshots ? s->n_snapshots : 1, sizeof *info->snapshots);
+    if (!info->snapshots) {
+        return err_set(ENOMEM, "qcow2: snapshot list");
+    }
+    for (uint32_t i = 0; i < s->n_snapshots; i++) {
+        const struct qcow2_snapshot *sn = &s->snapshots[i];
+        info->snapshots[i] = (struct blk_snapshot_info){
+            .id = strdup(sn->id),
+            .name = strdup(sn->name),
+            .vm_state_size = sn->vm_state_size,
+            .date_sec = sn->date_sec,
+            .date_nsec = sn->date_nsec,
+            .vm_clock_nsec = sn->vm_clock_nsec,
+            .icount = sn->icount,
+        };
+    }
+    info->n_snapshots = s->n_snapshots;
+    /* The fields qemu-img prints, in its order; version 2 has fewer. */
+    bool v3 = h->version >= 3;
+    info_field(info,
+               (struct blk_info_field){"compat", "compat", BLK_INFO_STR, .s = v3 ? "1.1" : "0.10"});
+    info_field(info, (struct blk_info_field){"compression-type", "compression type", BLK_INFO_STR,
+                                             .s = h->compression_type ? "zstd" : "zlib"});
+    if (v3) {
+        info_field(info, (struct blk_info_field){"lazy-refcounts", "lazy refcounts", BLK_INFO_BOOL,
+                                                 .b = s->lazy_refcounts});
+    }
+    info_field(info, (struct blk_info_field){"refcount-bits", "refcount bits", BLK_INFO_INT,
+                                             .i = s->refcount_bits});
+    if (v3) {
+        info_field(info,
+                   (struct blk_info_field){"corrupt", "corrupt", BLK_INFO_BOOL,
+                                           .b = h->incompatible_features & QCOW2_INCOMPAT_CORRUPT});
+        info_field(info, (struct blk_info_field){"extended-l2", "extended l2", BLK_INFO_BOOL,
+                                                 .b = s->extended_l2});
+    }
+    return 0;
+}
+
 static const struct blk_driver qcow2_driver = {
     .name = "qcow2",
     .is_format = true,
@@ -690,6 +760,9 @@ static const struct blk_driver qcow2_driver = {
     .get_length = qcow2_get_length,
     .truncate = qcow2_truncate,
     .check = qcow2_check,
+    .get_info = qcow2_get_info,
+    .create = qcow2_create,
+    .create_help = QCOW2_CREATE_HELP,
 };
 
 BLK_REGISTER_DRIVER(qcow2_driver)

@@ -222,6 +222,26 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
 int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len);
 
+/* Map every cluster of the image to a host cluster (create -o
+ * preallocation): metadata only, or also fallocate the data (falloc), or
+ * write zeroes to it (full). */
+int qcow2_preallocate(struct blk_node *n, bool falloc, bool full);
+
+/* create.c */
+int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
+#define QCOW2_CREATE_HELP                                                                          \
+    "Supported options:\n"                                                                         \
+    "  backing_file=<file>      File name of a base image\n"                                       \
+    "  backing_fmt=<fmt>        Image format of the base image (raw, qcow2)\n"                     \
+    "  cluster_size=<size>      qcow2 cluster size, 512 to 2M (default 64k)\n"                     \
+    "  compat=<level>           0.10 (v2) or 1.1 (v3, default)\n"                                  \
+    "  compression_type=<type>  zlib (default) or zstd\n"                                          \
+    "  extended_l2=<bool>       Extended L2 tables with subclusters (default off)\n"               \
+    "  lazy_refcounts=<bool>    Postpone refcount updates (default off)\n"                         \
+    "  preallocation=<mode>     off (default), metadata, falloc, full\n"                           \
+    "  refcount_bits=<bits>     Width of a reference count entry, 1 to 64 (default 16)\n"          \
+    "  size=<size>              Virtual disk size\n"
+
 /* Reading: used by the read path and by copy-on-write. */
 int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
 

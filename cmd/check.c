@@ -1,0 +1,239 @@
+/* cmd/check.c: "diskimg check", as qemu-img check: problems on stderr, a
+ * summary on stdout (or JSON), and qemu-img's exit codes (0 clean, 1 check
+ * not completed, 2 corruptions, 3 leaks only, 63 no check for the format). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/error.h"
+#include "common/json.h"
+
+static void check_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg check [-f FMT] [-r leaks|all] [--output=human|json] [-q] FILE\n"
+               "\n"
+               "Check FILE's metadata for consistency (qcow2), and repair it with -r.\n"
+               "\n"
+               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "  -r, --repair=WHAT    leaks: free leaked clusters; all: also fix corruptions\n"
+               "      --output=FMT     human (default) or json\n"
+               "  -q, --quiet          print nothing, the exit status tells\n"
+               "  -U, --force-share    accepted for compatibility\n"
+               "  -h, --help           this help\n"
+               "\n"
+               "Exit status: 0 no errors, 1 the check did not complete, 2 corruptions,\n"
+               "3 leaked clusters only, 63 the format has no check (raw).\n"
+               "See diskimg-check(1).\n");
+}
+
+static int check_status(const struct blk_check_result *res)
+{
+    if (res->check_errors) {
+        return EXIT_ERROR;
+    }
+    if (res->corruptions > res->corruptions_fixed) {
+        return EXIT_CHECK_CORRUPT;
+    }
+    if (res->leaks > res->leaks_fixed) {
+        return EXIT_CHECK_LEAKS;
+    }
+    return EXIT_OK;
+}
+
+static void check_print_human(const struct blk_check_result *res)
+{
+    uint64_t corrupt = res->corruptions - res->corruptions_fixed;
+    uint64_t leaks = res->leaks - res->leaks_fixed;
+
+    if (!corrupt && !leaks && !res->check_errors) {
+        printf("No errors were found on the image.\n");
+    } else {
+        if (corrupt) {
+            printf("\n%" PRIu64 " errors were found on the image.\n"
+                   "Data may be corrupted, or further writes to the image may corrupt it.\n",
+                   corrupt);
+        }
+        if (leaks) {
+            printf("\n%" PRIu64 " leaked clusters were found on the image.\n"
+                   "This means waste of disk space, but no harm to data.\n",
+                   leaks);
+        }
+        if (res->check_errors) {
+            printf("\n%" PRIu64 " internal errors have occurred during the check.\n",
+                   res->check_errors);
+        }
+    }
+    if (res->total_clusters) {
+        double t = (double)res->total_clusters;
+        printf("%" PRIu64 "/%" PRIu64 " = %0.2f%% allocated, %0.2f%% fragmented, %0.2f%% "
+               "compressed clusters\n",
+               res->allocated_clusters, res->total_clusters, 100.0 * res->allocated_clusters / t,
+               res->allocated_clusters ? 100.0 * res->fragmented_clusters / res->allocated_clusters
+                                       : 0.0,
+               res->allocated_clusters ? 100.0 * res->compressed_clusters / res->allocated_clusters
+                                       : 0.0);
+    }
+    if (res->image_end_offset) {
+        printf("Image end offset: %" PRIu64 "\n", res->image_end_offset);
+    }
+}
+
+static void check_print_json(const char *filename, const char *format,
+                             const struct blk_check_result *res)
+{
+    struct json_writer w;
+
+    json_init(&w, stdout, false);
+    json_begin_object(&w, NULL);
+    /* Optional fields are left out when 0, as qemu-img does. */
+    if (res->image_end_offset) {
+        json_uint(&w, "image-end-offset", res->image_end_offset);
+    }
+    if (res->total_clusters) {
+        json_uint(&w, "total-clusters", res->total_clusters);
+    }
+    json_uint(&w, "check-errors", res->check_errors);
+    if (res->allocated_clusters) {
+        json_uint(&w, "allocated-clusters", res->allocated_clusters);
+    }
+    json_str(&w, "filename", filename);
+    json_str(&w, "format", format);
+    if (res->corruptions) {
+        json_uint(&w, "corruptions", res->corruptions);
+    }
+    if (res->leaks) {
+        json_uint(&w, "leaks", res->leaks);
+    }
+    if (res->corruptions_fixed) {
+        json_uint(&w, "corruptions-fixed", res->corruptions_fixed);
+    }
+    if (res->leaks_fixed) {
+        json_uint(&w, "leaks-fixed", res->leaks_fixed);
+    }
+    if (res->fragmented_clusters) {
+        json_uint(&w, "fragmented-clusters", res->fragmented_clusters);
+    }
+    if (res->compressed_clusters) {
+        json_uint(&w, "compressed-clusters", res->compressed_clusters);
+    }
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+static int check_run(int argc, char **argv)
+{
+    enum { OPT_OUTPUT = 256 };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"repair", required_argument, NULL, 'r'},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"quiet", no_argument, NULL, 'q'},
+        {"force-share", no_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0},
+    };
+    struct blk_image_opts o = {.read_only = true, .no_backing = true, .for_check = true};
+    enum blk_repair repair = BLK_REPAIR_NONE;
+    struct blk_check_result res, fixed = {0};
+    struct blk_image *img = NULL;
+    bool json = false, quiet = false;
+    int c, r;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hf:r:qUT:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            check_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            o.format = optarg;
+            break;
+        case 'r':
+            if (strcmp(optarg, "leaks") == 0) {
+                repair = BLK_REPAIR_LEAKS;
+            } else if (strcmp(optarg, "all") == 0) {
+                repair = BLK_REPAIR_ALL;
+            } else {
+                return cmd_usage_error("check", "-r must be leaks or all, not '%s'", optarg);
+            }
+            break;
+        case OPT_OUTPUT:
+            if ((r = cmd_parse_output("check", optarg, &json)) != 0) {
+                return r;
+            }
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'U':
+        case 'T':
+            break;
+        case ':':
+            return cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc) {
+        return cmd_usage_error("check", "expected one FILE");
+    }
+    o.filename = argv[optind];
+    o.read_only = repair == BLK_REPAIR_NONE;
+    r = blk_image_open(&img, &o);
+    if (r < 0) {
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    r = blk_image_check(img, repair, quiet ? NULL : stderr, &res);
+    if (r == -ENOTSUP) {
+        if (!quiet) {
+            fprintf(stderr, "diskimg: this image format (%s) does not support checks\n",
+                    blk_image_format(img));
+        }
+        blk_image_close(img);
+        return EXIT_CHECK_UNSUPPORTED;
+    }
+    if (r == 0 && repair != BLK_REPAIR_NONE && (res.corruptions_fixed || res.leaks_fixed)) {
+        /* Say what was fixed, then check again and report that. */
+        fixed = res;
+        if (!quiet && !json) {
+            printf("The following inconsistencies were found and repaired:\n\n"
+                   "    %" PRIu64 " leaked clusters\n    %" PRIu64 " corruptions\n\n"
+                   "Double checking the fixed image now...\n",
+                   fixed.leaks_fixed, fixed.corruptions_fixed);
+        }
+        r = blk_image_check(img, BLK_REPAIR_NONE, quiet ? NULL : stderr, &res);
+        res.leaks_fixed = fixed.leaks_fixed;
+        res.corruptions_fixed = fixed.corruptions_fixed;
+        res.leaks += res.leaks_fixed;
+        res.corruptions += res.corruptions_fixed;
+    }
+    if (r < 0) {
+        cmd_print_error(r);
+        res.check_errors++;
+    }
+    if (!quiet) {
+        if (json) {
+            check_print_json(o.filename, blk_image_format(img), &res);
+        } else {
+            check_print_human(&res);
+        }
+    }
+    r = blk_image_close(img);
+    if (r < 0) {
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    return check_status(&res);
+}
+
+const struct cmd cmd_check = {
+    .name = "check",
+    .summary = "check (and repair) an image's metadata",
+    .run = check_run,
+    .usage = check_usage,
+};

@@ -1,0 +1,297 @@
+/* cmd/info.c: "diskimg info", as qemu-img info: the same human lines and
+ * the same JSON field names.  Backing files are never opened to answer
+ * about the top image; --backing-chain opens each one in turn (by itself,
+ * metadata only) and refuses loops. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/json.h"
+
+#define MAX_CHAIN 64
+
+static void info_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
+               "\n"
+               "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
+               "and format-specific details (same fields as qemu-img info).\n"
+               "\n"
+               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "      --output=FMT     human (default) or json\n"
+               "      --backing-chain  also show every backing file, top first\n"
+               "  -U, --force-share    accepted for compatibility (opening is read-only)\n"
+               "  -h, --help           this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-info(1).\n");
+}
+
+static void info_json(struct json_writer *w, const char *filename, const struct blk_image_info *in)
+{
+    json_begin_object(w, NULL);
+    if (in->n_snapshots) {
+        json_begin_array(w, "snapshots");
+        for (unsigned i = 0; i < in->n_snapshots; i++) {
+            const struct blk_snapshot_info *sn = &in->snapshots[i];
+            json_begin_object(w, NULL);
+            json_int(w, "icount", sn->icount < 0 ? 0 : sn->icount);
+            json_uint(w, "vm-clock-nsec", sn->vm_clock_nsec % 1000000000ULL);
+            json_str(w, "name", sn->name);
+            json_uint(w, "date-sec", sn->date_sec);
+            json_uint(w, "date-nsec", sn->date_nsec);
+            json_uint(w, "vm-clock-sec", sn->vm_clock_nsec / 1000000000ULL);
+            json_str(w, "id", sn->id);
+            json_uint(w, "vm-state-size", sn->vm_state_size);
+            json_end_object(w);
+        }
+        json_end_array(w);
+    }
+    if (in->backing_format) {
+        json_str(w, "backing-filename-format", in->backing_format);
+    }
+    json_uint(w, "virtual-size", in->virtual_size);
+    json_str(w, "filename", filename);
+    if (in->cluster_size) {
+        json_uint(w, "cluster-size", in->cluster_size);
+    }
+    json_str(w, "format", in->format);
+    if (in->actual_size >= 0) {
+        json_int(w, "actual-size", in->actual_size);
+    }
+    if (in->n_fields) {
+        json_begin_object(w, "format-specific");
+        json_str(w, "type", in->format);
+        json_begin_object(w, "data");
+        for (unsigned i = 0; i < in->n_fields; i++) {
+            const struct blk_info_field *f = &in->fields[i];
+            switch (f->type) {
+            case BLK_INFO_STR:
+                json_str(w, f->key, f->s);
+                break;
+            case BLK_INFO_INT:
+                json_int(w, f->key, f->i);
+                break;
+            case BLK_INFO_BOOL:
+                json_bool(w, f->key, f->b);
+                break;
+            }
+        }
+        json_end_object(w);
+        json_end_object(w);
+    }
+    if (in->backing_file) {
+        json_str(w, "full-backing-filename", in->full_backing_file);
+        json_str(w, "backing-filename", in->backing_file);
+    }
+    json_bool(w, "dirty-flag", in->dirty);
+    json_end_object(w);
+}
+
+static void info_snapshots_human(const struct blk_image_info *in)
+{
+    printf("Snapshot list:\n");
+    printf("%-10s%-17s%8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK", "ICOUNT");
+    for (unsigned i = 0; i < in->n_snapshots; i++) {
+        const struct blk_snapshot_info *sn = &in->snapshots[i];
+        char size[32], date[32], clock[32], icount[24];
+        time_t t = sn->date_sec;
+        struct tm tm;
+        uint64_t ms = sn->vm_clock_nsec / 1000000ULL;
+
+        cmd_size_str(sn->vm_state_size, size, sizeof size);
+        localtime_r(&t, &tm);
+        strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", &tm);
+        snprintf(clock, sizeof clock, "%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%03" PRIu64,
+                 ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, ms % 1000);
+        snprintf(icount, sizeof icount, "%" PRId64, sn->icount < 0 ? 0 : sn->icount);
+        printf("%-10s%-17s%8s%20s%13s%11s\n", sn->id, sn->name, size, date, clock, icount);
+    }
+}
+
+static void info_human(const char *filename, const struct blk_image_info *in)
+{
+    char vsize[32], dsize[32];
+
+    cmd_size_str(in->virtual_size, vsize, sizeof vsize);
+    printf("image: %s\n", filename);
+    printf("file format: %s\n", in->format);
+    printf("virtual size: %s (%" PRIu64 " bytes)\n", vsize, in->virtual_size);
+    if (in->actual_size >= 0) {
+        cmd_size_str((uint64_t)in->actual_size, dsize, sizeof dsize);
+        printf("disk size: %s\n", dsize);
+    } else {
+        printf("disk size: unavailable\n");
+    }
+    if (in->cluster_size) {
+        printf("cluster_size: %" PRIu64 "\n", in->cluster_size);
+    }
+    if (in->dirty) {
+        printf("cleanly shut down: no\n");
+    }
+    if (in->backing_file) {
+        printf("backing file: %s", in->backing_file);
+        if (strcmp(in->backing_file, in->full_backing_file) != 0) {
+            printf(" (actual path: %s)", in->full_backing_file);
+        }
+        printf("\n");
+        if (in->backing_format) {
+            printf("backing file format: %s\n", in->backing_format);
+        }
+    }
+    if (in->n_snapshots) {
+        info_snapshots_human(in);
+    }
+    if (in->n_fields) {
+        printf("Format specific information:\n");
+        for (unsigned i = 0; i < in->n_fields; i++) {
+            const struct blk_info_field *f = &in->fields[i];
+            switch (f->type) {
+            case BLK_INFO_STR:
+                printf("    %s: %s\n", f->label, f->s);
+                break;
+            case BLK_INFO_INT:
+                printf("    %s: %" PRId64 "\n", f->label, f->i);
+                break;
+            case BLK_INFO_BOOL:
+                printf("    %s: %s\n", f->label, f->b ? "true" : "false");
+                break;
+            }
+        }
+    }
+}
+
+/* Open one image of the chain, metadata only. */
+static int info_open(const char *filename, const char *format, struct blk_image_info *in)
+{
+    struct blk_image_opts o = {
+        .filename = filename, .format = format, .read_only = true, .no_backing = true};
+    struct blk_image *img = NULL;
+    int r = blk_image_open(&img, &o);
+
+    if (r < 0) {
+        return r;
+    }
+    r = blk_image_get_info(img, in);
+    blk_image_close(img);
+    return r;
+}
+
+static int info_run(int argc, char **argv)
+{
+    enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
+        {"force-share", no_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *format = NULL;
+    bool json = false, chain = false;
+    struct json_writer w;
+    struct {
+        dev_t dev;
+        ino_t ino;
+    } seen[MAX_CHAIN];
+    unsigned nseen = 0;
+    int c, r = 0;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hf:U", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            info_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            format = optarg;
+            break;
+        case 'U':
+            break;
+        case OPT_OUTPUT:
+            if ((r = cmd_parse_output("info", optarg, &json)) != 0) {
+                return r;
+            }
+            break;
+        case OPT_BACKING_CHAIN:
+            chain = true;
+            break;
+        case ':':
+            return cmd_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cmd_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc) {
+        return cmd_usage_error("info", "expected one FILE");
+    }
+    json_init(&w, stdout, false);
+    if (json && chain) {
+        json_begin_array(&w, NULL);
+    }
+    char *name = strdup(argv[optind]);
+    char *fmt = format ? strdup(format) : NULL;
+    for (unsigned depth = 0; name; depth++) {
+        struct blk_image_info in;
+        struct stat st;
+
+        if (stat(name, &st) == 0) {
+            for (unsigned i = 0; i < nseen; i++) {
+                if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino) {
+                    fprintf(stderr, "diskimg: backing file '%s' creates an infinite loop\n", name);
+                    r = -1;
+                }
+            }
+            if (nseen < MAX_CHAIN) {
+                seen[nseen].dev = st.st_dev;
+                seen[nseen++].ino = st.st_ino;
+            }
+        }
+        if (r == 0 && depth >= MAX_CHAIN) {
+            fprintf(stderr, "diskimg: backing chain of %s is deeper than %d files\n", argv[optind],
+                    MAX_CHAIN);
+            r = -1;
+        }
+        if (r == 0 && (r = info_open(name, fmt, &in)) < 0) {
+            cmd_print_error(r);
+        }
+        if (r < 0) {
+            break;
+        }
+        if (json) {
+            info_json(&w, name, &in);
+        } else {
+            if (depth) {
+                printf("\n");
+            }
+            info_human(name, &in);
+        }
+        free(name);
+        free(fmt);
+        name = chain && in.full_backing_file ? strdup(in.full_backing_file) : NULL;
+        fmt = chain && in.backing_format ? strdup(in.backing_format) : NULL;
+        blk_image_info_free(&in);
+    }
+    free(name);
+    free(fmt);
+    if (json && chain) {
+        json_end_array(&w);
+    }
+    if (json) {
+        json_finish(&w);
+    }
+    return r < 0 ? EXIT_ERROR : EXIT_OK;
+}
+
+const struct cmd cmd_info = {
+    .name = "info",
+    .summary = "show an image's format, sizes, backing file and snapshots",
+    .run = info_run,
+    .usage = info_usage,
+};

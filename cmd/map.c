@@ -1,0 +1,187 @@
+/* cmd/map.c: "diskimg map", as qemu-img map: which ranges of the virtual
+ * disk hold data, read as zeroes, or come from a backing file, and where
+ * they are stored.  Same JSON fields and layout as qemu-img. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/cleanup.h"
+#include "common/util.h"
+
+static void map_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg map [-f FMT] [--output=human|json] [--start-offset=OFF]\n"
+               "                   [--max-length=LEN] FILE\n"
+               "\n"
+               "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
+               "\n"
+               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "      --output=FMT     human (default): data ranges with their file offsets;\n"
+               "                       json: every range with start, length, depth, present,\n"
+               "                       zero, data and offset, as qemu-img map\n"
+               "  -s, --start-offset=OFF   start there (default 0)\n"
+               "  -l, --max-length=LEN     stop after LEN bytes\n"
+               "  -U, --force-share    accepted for compatibility\n"
+               "  -h, --help           this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-map(1).\n");
+}
+
+/* One output range, in qemu-img's terms. */
+struct map_entry {
+    uint64_t start, length;
+    unsigned depth;
+    bool present, zero, data, has_offset;
+    uint64_t offset;
+    const char *filename;
+};
+
+static bool map_mergeable(const struct map_entry *a, const struct map_entry *b)
+{
+    return a->depth == b->depth && a->present == b->present && a->zero == b->zero &&
+           a->data == b->data && a->has_offset == b->has_offset &&
+           (!a->has_offset || (a->offset + a->length == b->offset && a->filename == b->filename));
+}
+
+static int map_print(const struct map_entry *e, bool json, bool first)
+{
+    if (json) {
+        printf("%s{ \"start\": %" PRIu64 ", \"length\": %" PRIu64 ", \"depth\": %u, \"present\": "
+               "%s, \"zero\": %s, \"data\": %s",
+               first ? "[" : ",\n", e->start, e->length, e->depth, e->present ? "true" : "false",
+               e->zero ? "true" : "false", e->data ? "true" : "false");
+        if (e->has_offset) {
+            printf(", \"offset\": %" PRIu64, e->offset);
+        }
+        printf("}");
+        return 0;
+    }
+    if (e->data && !e->has_offset) {
+        fprintf(stderr, "diskimg: file contains compressed clusters, which the human output "
+                        "cannot show; use --output=json\n");
+        return -1;
+    }
+    if (!e->data || e->zero) {
+        return 0; /* only ranges with data stored in a file */
+    }
+    printf("%#-16" PRIx64 "%#-16" PRIx64 "%#-16" PRIx64 "%s\n", e->start, e->length, e->offset,
+           e->filename ? e->filename : "");
+    return 0;
+}
+
+static int map_run(int argc, char **argv)
+{
+    enum { OPT_OUTPUT = 256 };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"start-offset", required_argument, NULL, 's'},
+        {"max-length", required_argument, NULL, 'l'},
+        {"force-share", no_argument, NULL, 'U'},
+        {NULL, 0, NULL, 0},
+    };
+    struct blk_image_opts o = {.read_only = true};
+    struct blk_image *img = NULL;
+    uint64_t start = 0, max_len = UINT64_MAX;
+    bool json = false, first = true, have = false;
+    struct map_entry cur = {0};
+    int c, r;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hf:s:l:U", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            map_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            o.format = optarg;
+            break;
+        case OPT_OUTPUT:
+            if ((r = cmd_parse_output("map", optarg, &json)) != 0) {
+                return r;
+            }
+            break;
+        case 's':
+            if (parse_size(optarg, &start) < 0) {
+                return cmd_usage_error("map", "invalid start offset '%s'", optarg);
+            }
+            break;
+        case 'l':
+            if (parse_size(optarg, &max_len) < 0) {
+                return cmd_usage_error("map", "invalid length '%s'", optarg);
+            }
+            break;
+        case 'U':
+            break;
+        case ':':
+            return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cmd_usage_error("map", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc) {
+        return cmd_usage_error("map", "expected one FILE");
+    }
+    o.filename = argv[optind];
+    r = blk_image_open(&img, &o);
+    if (r < 0) {
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    uint64_t size = blk_image_size(img);
+    uint64_t end = start < size ? start + MIN(max_len, size - start) : start;
+    unsigned bottom = blk_image_chain_length(img) - 1;
+    if (!json) {
+        printf("%-16s%-16s%-16s%s\n", "Offset", "Length", "Mapped to", "File");
+    }
+    for (uint64_t pos = start; pos < end && r == 0;) {
+        struct blk_extent ext;
+        r = blk_image_block_status(img, pos, end - pos, &ext);
+        if (r < 0) {
+            cmd_print_error(r);
+            break;
+        }
+        struct map_entry e = {
+            .start = pos,
+            .length = ext.length,
+            .depth = ext.depth ? ext.depth - 1 : bottom,
+            .present = ext.depth != 0,
+            .zero = ext.flags & BLK_EXT_ZERO,
+            .data = ext.flags & BLK_EXT_DATA,
+            .has_offset = (ext.flags & BLK_EXT_OFFSET) && ext.depth != 0,
+            .offset = ext.offset,
+            .filename = ext.filename,
+        };
+        if (have && map_mergeable(&cur, &e)) {
+            cur.length += e.length;
+        } else {
+            if (have) {
+                r = map_print(&cur, json, first);
+                first = false;
+            }
+            cur = e;
+            have = true;
+        }
+        pos += ext.length;
+    }
+    if (r == 0 && have) {
+        r = map_print(&cur, json, first);
+        first = false;
+    }
+    if (json) {
+        printf("%s]\n", first ? "[" : "");
+    }
+    blk_image_close(img);
+    return r < 0 ? EXIT_ERROR : EXIT_OK;
+}
+
+const struct cmd cmd_map = {
+    .name = "map",
+    .summary = "show how the virtual disk maps to data, zeroes and files",
+    .run = map_run,
+    .usage = map_usage,
+};

@@ -1,0 +1,32 @@
+/* cmd/output.c: printing helpers shared by the subcommands: --output
+ * parsing, qemu-img's human sizes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+
+int cmd_parse_output(const char *sub, const char *arg, bool *json)
+{
+    if (strcmp(arg, "json") == 0) {
+        *json = true;
+    } else if (strcmp(arg, "human") == 0) {
+        *json = false;
+    } else {
+        return cmd_usage_error(sub, "--output must be human or json, not '%s'", arg);
+    }
+    return 0;
+}
+
+void cmd_size_str(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    unsigned i = 0;
+
+    /* Three significant digits, as qemu-img prints them. */
+    while (v >= 1024 && i + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(buf, len, "%0.3g %s", v, units[i]);
+}
