@@ -41,7 +41,7 @@ static void serve_usage(FILE *f)
         f,
         "Usage: diskimg serve [OPTIONS] IMAGE\n"
         "\n"
-        "Export IMAGE (raw) over NBD until interrupted.  Without -t the server exits\n"
+        "Export IMAGE (raw or qcow2) over NBD until interrupted.  Without -t the server exits\n"
         "when the last client disconnects, as qemu-nbd does.\n"
         "\n"
         "Where to listen:\n"
@@ -50,10 +50,13 @@ static void serve_usage(FILE *f)
         "  -p, --port=PORT          TCP port (default %d)\n"
         "\n"
         "What to export:\n"
-        "  -f, --format=FMT         image format: raw (default: probe)\n"
+        "  -f, --format=FMT         image format: raw or qcow2 (default: probe)\n"
         "  -x, --export-name=NAME   export name (default \"\")\n"
         "  -D, --description=TEXT   export description\n"
         "  -r, --read-only          export read-only\n"
+        "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
+        "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
+        "                           image, at most 32M); refcount cache is a quarter of it\n"
         "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
         "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
         "      --image-opts         IMAGE is driver=raw,file.filename=PATH[,offset=N][,size=N]\n"
@@ -129,6 +132,10 @@ static int serve_image_opt(struct serve_opts *o, const char *key, const char *va
         if (b) {
             o->img.cache = BLK_CACHE_UNSAFE;
         }
+    } else if (strcmp(key, "l2-cache-size") == 0) {
+        if (parse_size(value, &o->img.l2_cache_bytes) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid l2-cache-size '%s'", value);
+        }
     } else if (strcmp(key, "read-only") == 0) {
         if (parse_bool(value, &o->img.read_only) < 0) {
             return cmd_usage_error("serve", "--image-opts: invalid read-only '%s'", value);
@@ -173,6 +180,7 @@ enum {
     OPT_HANDSHAKE_LIMIT,
     OPT_STATS,
     OPT_DEBUG,
+    OPT_L2_CACHE,
 };
 
 static const struct option serve_long_opts[] = {
@@ -185,6 +193,8 @@ static const struct option serve_long_opts[] = {
     {"export-name", required_argument, NULL, 'x'},
     {"description", required_argument, NULL, 'D'},
     {"read-only", no_argument, NULL, 'r'},
+    {"load-snapshot", required_argument, NULL, 'l'},
+    {"l2-cache-size", required_argument, NULL, OPT_L2_CACHE},
     {"offset", required_argument, NULL, 'o'},
     {"size", required_argument, NULL, OPT_SIZE},
     {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
@@ -212,7 +222,8 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
     int c;
 
     opterr = 0; /* our own messages, in our own format */
-    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:ro:ne:tv", serve_long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rl:o:ne:tv", serve_long_opts, NULL)) !=
+           -1) {
         switch (c) {
         case 'h':
             serve_usage(stdout);
@@ -247,6 +258,15 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
             break;
         case 'r':
             o->img.read_only = true;
+            break;
+        case 'l':
+            o->img.snapshot = optarg;
+            o->img.read_only = true; /* a snapshot is served read-only */
+            break;
+        case OPT_L2_CACHE:
+            if (parse_size(optarg, &o->img.l2_cache_bytes) < 0 || o->img.l2_cache_bytes == 0) {
+                return cmd_usage_error("serve", "invalid --l2-cache-size '%s'", optarg);
+            }
             break;
         case 'o':
             if (parse_size(optarg, &o->img.offset) < 0) {

@@ -1,6 +1,7 @@
 /* nbd/handshake-meta.c: NBD_OPT_LIST_META_CONTEXT and
- * NBD_OPT_SET_META_CONTEXT.  We offer "base:allocation"; queries for
- * namespaces we do not know are ignored, as the spec requires. */
+ * NBD_OPT_SET_META_CONTEXT.  We offer "base:allocation" and, as qemu-nbd
+ * does, "qemu:allocation-depth"; queries for namespaces or names we do not
+ * know are ignored, as the spec requires. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +16,7 @@ const char *nbd_meta_name(enum nbd_meta_context m)
 {
     static const char *const names[NBD_META_COUNT] = {
         [NBD_META_BASE_ALLOCATION] = "base:allocation",
+        [NBD_META_ALLOCATION_DEPTH] = "qemu:allocation-depth",
     };
     return names[m];
 }

@@ -22,7 +22,11 @@ struct blk_image;
 #define NBD_META_MAX 4                 /* metadata contexts we may select */
 
 /* Metadata contexts the server offers (ids on the wire are index + 1). */
-enum nbd_meta_context { NBD_META_BASE_ALLOCATION, NBD_META_COUNT };
+enum nbd_meta_context {
+    NBD_META_BASE_ALLOCATION,  /* base:allocation: hole and zero flags */
+    NBD_META_ALLOCATION_DEPTH, /* qemu:allocation-depth: backing chain layer */
+    NBD_META_COUNT
+};
 
 struct nbd_export {
     char *name;

@@ -232,46 +232,68 @@ static bool extent_add(struct nbd_extent_list *l, uint32_t len, uint32_t flags)
     return true;
 }
 
+/* The value one context reports for an extent. */
+static uint32_t meta_value(enum nbd_meta_context m, const struct blk_extent *ext)
+{
+    switch (m) {
+    case NBD_META_BASE_ALLOCATION:
+        return ((ext->flags & BLK_EXT_DATA) ? 0 : NBD_STATE_HOLE) |
+               ((ext->flags & BLK_EXT_ZERO) ? NBD_STATE_ZERO : 0);
+    case NBD_META_ALLOCATION_DEPTH:
+        return ext->depth;
+    default:
+        return 0;
+    }
+}
+
 static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
 {
     struct nbd_conn *c = w->c;
     bool one = req->flags & NBD_CMD_FLAG_REQ_ONE;
     uint32_t cap = one ? 1 : MAX_EXTENTS;
-    struct nbd_extent_list list = {.cap = cap};
-    uint32_t ctx_id = nbd_meta_id(NBD_META_BASE_ALLOCATION);
+    struct nbd_extent_list lists[NBD_META_COUNT] = {{0}};
+    uint32_t ids[NBD_META_COUNT];
+    enum nbd_meta_context which[NBD_META_COUNT];
+    unsigned n = 0;
     uint64_t pos = req->offset, end = req->offset + req->count;
     int r = 0;
 
-    list.desc = malloc(sizeof *list.desc * cap);
-    if (!list.desc) {
-        return err_set(ENOMEM, "block status");
-    }
-    while (pos < end) {
-        struct blk_extent ext;
-        r = blk_image_block_status(c->exp->img, pos, end - pos, &ext);
-        if (r < 0) {
-            break;
+    for (int m = 0; m < NBD_META_COUNT; m++) {
+        if (c->meta_selected[m]) {
+            which[n] = (enum nbd_meta_context)m;
+            ids[n] = nbd_meta_id((enum nbd_meta_context)m);
+            lists[n].cap = cap;
+            lists[n].desc = malloc(sizeof *lists[n].desc * cap);
+            if (!lists[n++].desc) {
+                r = err_set(ENOMEM, "block status");
+            }
         }
-        uint32_t flags = ((ext.flags & BLK_EXT_DATA) ? 0 : NBD_STATE_HOLE) |
-                         ((ext.flags & BLK_EXT_ZERO) ? NBD_STATE_ZERO : 0);
-        if (!extent_add(&list, (uint32_t)ext.length, flags)) {
+    }
+    /* One walk of the image feeds every selected context. */
+    while (r == 0 && pos < end) {
+        struct blk_extent ext;
+        bool full = false;
+        r = blk_image_block_status(c->exp->img, pos, end - pos, &ext);
+        for (unsigned i = 0; r == 0 && i < n; i++) {
+            full |= !extent_add(&lists[i], (uint32_t)ext.length, meta_value(which[i], &ext));
+        }
+        if (r < 0 || full || one) {
             break;
         }
         pos += ext.length;
-        if (one) {
-            break;
-        }
     }
-    if (r == 0 && list.n == 0) {
+    if (r == 0 && (n == 0 || lists[0].n == 0)) {
         r = err_setx(EIO, "block status returned nothing");
     }
     if (r == 0) {
-        r = nbd_reply_block_status(c, req->cookie, &ctx_id, &list, 1);
+        r = nbd_reply_block_status(c, req->cookie, ids, lists, n);
         if (r < 0) {
             r = 1; /* reply failed: connection is gone, nothing more to send */
         }
     }
-    free(list.desc);
+    for (unsigned i = 0; i < n; i++) {
+        free(lists[i].desc);
+    }
     return r;
 }
 
