@@ -116,6 +116,8 @@ int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint6
 int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
 /* Honours --discard: a no-op (success) with discard=ignore. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
+/* Change the virtual size (qcow2: grows the L1 table as needed). */
+int blk_image_truncate(struct blk_image *img, uint64_t size);
 /* A no-op on stable storage with cache=unsafe (format caches are still written). */
 int blk_image_flush(struct blk_image *img);
 int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,

@@ -247,6 +247,11 @@ int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,
     return img->root->drv->check(img->root, repair, report, res);
 }
 
+int blk_image_truncate(struct blk_image *img, uint64_t size)
+{
+    return blk_truncate(img->root, size);
+}
+
 int blk_image_flush(struct blk_image *img)
 {
     return blk_flush(img->root);

@@ -1,0 +1,124 @@
+/* cmd/resize.c: "diskimg resize", as qemu-img resize. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/util.h"
+
+static void resize_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg resize [--shrink] [-f FMT] [-q] FILE [+|-]SIZE\n"
+               "\n"
+               "Change the virtual size of FILE to SIZE, or by +SIZE / -SIZE.\n"
+               "\n"
+               "  -f, --format=FMT  raw or qcow2 (default: probe)\n"
+               "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
+               "                    stored past the new end\n"
+               "  -q, --quiet       do not print 'Image resized.'\n"
+               "  -h, --help        this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-resize(1).\n");
+}
+
+static int resize_run(int argc, char **argv)
+{
+    enum { OPT_SHRINK = 256 };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"shrink", no_argument, NULL, OPT_SHRINK},
+        {"quiet", no_argument, NULL, 'q'},
+        {NULL, 0, NULL, 0},
+    };
+    struct blk_image_opts o = {.discard = BLK_DISCARD_UNMAP};
+    struct blk_image *img = NULL;
+    bool shrink = false, quiet = false;
+    uint64_t size, cur;
+    int c, r, sign = 0;
+
+    /* The size is the last argument, taken before option parsing so that
+     * "-512k" is not mistaken for an option (as qemu-img does). */
+    const char *size_arg = NULL;
+    if (argc >= 3 && strcmp(argv[argc - 1], "--help") != 0 && strcmp(argv[argc - 1], "-h") != 0) {
+        size_arg = argv[--argc];
+    }
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hf:q", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            resize_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            o.format = optarg;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case OPT_SHRINK:
+            shrink = true;
+            break;
+        case ':':
+            return cmd_usage_error("resize", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cmd_usage_error("resize", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc && strcmp(argv[optind], "--") == 0) {
+        optind++;
+    }
+    if (argc - optind != 1 || !size_arg) {
+        return cmd_usage_error("resize", "expected FILE and SIZE");
+    }
+    const char *arg = size_arg;
+    if (arg[0] == '+' || arg[0] == '-') {
+        sign = arg[0] == '+' ? 1 : -1;
+        arg++;
+    }
+    if (parse_size(arg, &size) < 0) {
+        return cmd_usage_error("resize", "invalid size '%s'", size_arg);
+    }
+    o.filename = argv[optind];
+    r = blk_image_open(&img, &o);
+    if (r < 0) {
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    cur = blk_image_size(img);
+    if (sign < 0 && size > cur) {
+        blk_image_close(img);
+        fprintf(stderr, "diskimg: new size would be negative\n");
+        return EXIT_ERROR;
+    }
+    size = sign > 0 ? cur + size : sign < 0 ? cur - size : size;
+    if (size < cur && !shrink) {
+        blk_image_close(img);
+        fprintf(stderr,
+                "diskimg: use the --shrink option to make %s smaller (%" PRIu64 " -> %" PRIu64
+                " bytes)\n",
+                o.filename, cur, size);
+        return EXIT_ERROR;
+    }
+    r = blk_image_truncate(img, size);
+    int r2 = blk_image_close(img);
+    if (r == 0) {
+        r = r2;
+    }
+    if (r < 0) {
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    if (!quiet) {
+        printf("Image resized.\n");
+    }
+    return EXIT_OK;
+}
+
+const struct cmd cmd_resize = {
+    .name = "resize",
+    .summary = "change the virtual size of an image",
+    .run = resize_run,
+    .usage = resize_usage,
+};
