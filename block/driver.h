@@ -50,6 +50,8 @@ struct blk_driver {
     bool is_format;    /* formats read and write through n->file */
     size_t state_size; /* the generic layer allocates n->opaque */
 
+    /* Protocols: does this filename belong to the driver ("nbd://...")? */
+    bool (*claims)(const char *filename);
     /* Probe score for format detection from the first bytes of the image:
      * 0 = not this format.  NULL for protocols. */
     int (*probe)(const uint8_t *buf, size_t len);
@@ -145,6 +147,8 @@ struct blk_node {
 /* Registry. */
 void blk_register_driver(const struct blk_driver *drv);
 const struct blk_driver *blk_find_driver(const char *name);
+/* The protocol driver that claims this filename ("file" if none does). */
+const struct blk_driver *blk_protocol_for(const char *filename);
 /* The format whose probe scores highest for these first bytes ("raw" if
  * none claims them). */
 const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);

@@ -51,7 +51,9 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
         return err_setx(EINVAL, "detect-zeroes=unmap requires discard=unmap");
     }
-    r = blk_open_stack(&root, &o, opts->protocol ? opts->protocol : "file", opts->format);
+    r = blk_open_stack(&root, &o,
+                       opts->protocol ? opts->protocol : blk_protocol_for(opts->filename)->name,
+                       opts->format);
     if (r < 0) {
         return r;
     }

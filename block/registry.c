@@ -27,6 +27,16 @@ const struct blk_driver *blk_find_driver(const char *name)
     return NULL;
 }
 
+const struct blk_driver *blk_protocol_for(const char *filename)
+{
+    for (size_t i = 0; i < n_drivers; i++) {
+        if (!drivers[i]->is_format && drivers[i]->claims && drivers[i]->claims(filename)) {
+            return drivers[i];
+        }
+    }
+    return blk_find_driver("file");
+}
+
 const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len)
 {
     const struct blk_driver *best = NULL;

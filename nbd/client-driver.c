@@ -1,0 +1,314 @@
+/* nbd/client-driver.c: the "nbd" protocol driver.  An image whose name is
+ * an NBD URI opens through it, so every subcommand reads and writes NBD
+ * exports.  Capabilities come from the server's transmission flags: FUA,
+ * write zeroes, fast zero and trim are native when advertised, and the
+ * generic layer emulates the rest.  With CAN_MULTI_CONN several
+ * connections share the requests. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/driver.h"
+#include "client.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "protocol.h"
+
+#define DEFAULT_MAX_BLOCK (32u << 20)
+#define MULTI_CONN_DEFAULT 4
+
+struct nbd_drv {
+    struct nbd_uri uri;
+    struct nbd_client_export exp;
+    struct nbd_client_conn *conns[NBD_CLIENT_MAX_CONNS];
+    unsigned nconns;
+    _Atomic unsigned next;
+    uint32_t max_request;
+    /* The last block status reply, to answer several calls per round trip. */
+    pthread_mutex_t status_lock;
+    uint64_t status_start;
+    struct nbd_client_extent *status;
+    uint32_t n_status;
+};
+
+static struct nbd_client_conn *pick_conn(struct nbd_drv *d)
+{
+    return d->conns[atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed) % d->nconns];
+}
+
+static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct nbd_drv *d = n->opaque;
+    unsigned want;
+    int r;
+
+    pthread_mutex_init(&d->status_lock, NULL);
+    r = nbd_uri_parse(opts->filename, &d->uri);
+    if (r < 0) {
+        return r;
+    }
+    r = nbd_client_connect(&d->uri, &d->conns[0], &d->exp);
+    if (r == 0) {
+        r = nbd_client_start(d->conns[0]);
+    }
+    if (r < 0) {
+        return r;
+    }
+    d->nconns = 1;
+    if (!opts->read_only && (d->exp.eflags & NBD_FLAG_READ_ONLY)) {
+        return err_setx(EROFS, "%s: the NBD export is read-only (open it read-only)",
+                        opts->filename);
+    }
+    /* More connections only where the server says they see each other's
+     * writes and flushes. */
+    want = (d->exp.eflags & NBD_FLAG_CAN_MULTI_CONN) ? MULTI_CONN_DEFAULT : 1;
+    for (unsigned i = 1; i < want; i++) {
+        struct nbd_client_export e2;
+        if (nbd_client_connect(&d->uri, &d->conns[i], &e2) < 0 ||
+            nbd_client_start(d->conns[i]) < 0) {
+            nbd_client_close(d->conns[i]);
+            d->conns[i] = NULL;
+            err_clear();
+            break; /* fewer connections is fine */
+        }
+        d->nconns++;
+    }
+    d->max_request = d->exp.max_block && d->exp.max_block != UINT32_MAX
+                         ? MIN(d->exp.max_block, DEFAULT_MAX_BLOCK)
+                         : DEFAULT_MAX_BLOCK;
+    if (d->exp.min_block > 1 && IS_POW2(d->exp.min_block) && d->exp.min_block <= 65536) {
+        n->request_alignment = d->exp.min_block;
+    }
+    if (d->exp.eflags & NBD_FLAG_SEND_FUA) {
+        n->supported_write_flags = BLK_REQ_FUA;
+    }
+    if (d->exp.eflags & NBD_FLAG_SEND_WRITE_ZEROES) {
+        n->supported_zero_flags = BLK_REQ_MAY_UNMAP | (n->supported_write_flags & BLK_REQ_FUA);
+        if (d->exp.eflags & NBD_FLAG_SEND_FAST_ZERO) {
+            n->supported_zero_flags |= BLK_REQ_NO_FALLBACK;
+        }
+    }
+    return 0;
+}
+
+static void nbd_drv_close(struct blk_node *n)
+{
+    struct nbd_drv *d = n->opaque;
+
+    for (unsigned i = 0; i < NBD_CLIENT_MAX_CONNS; i++) {
+        nbd_client_close(d->conns[i]);
+    }
+    free(d->status);
+    nbd_uri_free(&d->uri);
+    pthread_mutex_destroy(&d->status_lock);
+}
+
+static int nbd_drv_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
+{
+    struct nbd_drv *d = n->opaque;
+    uint64_t len = iov_length(iov, iovcnt);
+    int r = 0;
+
+    for (uint64_t pos = 0; pos < len && r == 0;) {
+        uint32_t chunk = (uint32_t)MIN(len - pos, (uint64_t)d->max_request);
+        struct iovec sub[64];
+        int k = iov_slice(iov, iovcnt, pos, chunk, sub, 64);
+        if (k < 0) {
+            return err_setx(EINVAL, "NBD read with too many iovec elements");
+        }
+        r = nbd_client_request(pick_conn(d), NBD_CMD_READ, 0, off + pos, chunk, NULL, 0, sub, k,
+                               NULL, NULL);
+        pos += chunk;
+    }
+    return r;
+}
+
+static int nbd_drv_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                           unsigned flags)
+{
+    struct nbd_drv *d = n->opaque;
+    uint64_t len = iov_length(iov, iovcnt);
+    uint16_t f = (flags & BLK_REQ_FUA) ? NBD_CMD_FLAG_FUA : 0;
+    int r = 0;
+
+    for (uint64_t pos = 0; pos < len && r == 0;) {
+        uint32_t chunk = (uint32_t)MIN(len - pos, (uint64_t)d->max_request);
+        struct iovec sub[64];
+        int k = iov_slice(iov, iovcnt, pos, chunk, sub, 64);
+        if (k < 0) {
+            return err_setx(EINVAL, "NBD write with too many iovec elements");
+        }
+        r = nbd_client_request(pick_conn(d), NBD_CMD_WRITE, f, off + pos, chunk, sub, k, NULL, 0,
+                               NULL, NULL);
+        pos += chunk;
+    }
+    return r;
+}
+
+/* Commands without payload are split at 4 GiB - 1 (the length field). */
+#define MAX_EFFECT 0xfffff000u
+
+static int nbd_drv_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct nbd_drv *d = n->opaque;
+    uint16_t f = 0;
+    int r = 0;
+
+    if (!(d->exp.eflags & NBD_FLAG_SEND_WRITE_ZEROES)) {
+        return -ENOTSUP;
+    }
+    f |= (flags & BLK_REQ_MAY_UNMAP) ? 0 : NBD_CMD_FLAG_NO_HOLE;
+    f |= (flags & BLK_REQ_FUA) ? NBD_CMD_FLAG_FUA : 0;
+    f |= (flags & BLK_REQ_NO_FALLBACK) ? NBD_CMD_FLAG_FAST_ZERO : 0;
+    for (uint64_t pos = 0; pos < len && r == 0;) {
+        uint32_t chunk = (uint32_t)MIN(len - pos, (uint64_t)MAX_EFFECT);
+        r = nbd_client_request(pick_conn(d), NBD_CMD_WRITE_ZEROES, f, off + pos, chunk, NULL, 0,
+                               NULL, 0, NULL, NULL);
+        pos += chunk;
+    }
+    return r;
+}
+
+static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct nbd_drv *d = n->opaque;
+    int r = 0;
+
+    if (!(d->exp.eflags & NBD_FLAG_SEND_TRIM)) {
+        return 0; /* advisory */
+    }
+    for (uint64_t pos = 0; pos < len && r == 0;) {
+        uint32_t chunk = (uint32_t)MIN(len - pos, (uint64_t)MAX_EFFECT);
+        r = nbd_client_request(pick_conn(d), NBD_CMD_TRIM, 0, off + pos, chunk, NULL, 0, NULL, 0,
+                               NULL, NULL);
+        pos += chunk;
+    }
+    return r;
+}
+
+static int nbd_drv_flush(struct blk_node *n)
+{
+    struct nbd_drv *d = n->opaque;
+
+    if (!(d->exp.eflags & NBD_FLAG_SEND_FLUSH)) {
+        return 0; /* the server has no write cache to flush */
+    }
+    /* Multi-conn: one flush covers writes completed on every connection. */
+    return nbd_client_request(d->conns[0], NBD_CMD_FLUSH, 0, 0, 0, NULL, 0, NULL, 0, NULL, NULL);
+}
+
+static void status_to_extent(const struct nbd_client_extent *e, uint64_t off,
+                             struct blk_extent *ext)
+{
+    bool data = !(e->flags & NBD_STATE_HOLE);
+
+    /* The export is the image: every byte has an offset in it. */
+    ext->flags = BLK_EXT_ALLOCATED | BLK_EXT_OFFSET | (data ? BLK_EXT_DATA : 0) |
+                 ((e->flags & NBD_STATE_ZERO) ? BLK_EXT_ZERO : 0);
+    ext->offset = off;
+    ext->depth = 1;
+}
+
+/* Answer from the cached reply when it covers off. */
+static bool status_cached(struct nbd_drv *d, struct blk_node *n, uint64_t off, uint64_t len,
+                          struct blk_extent *ext)
+{
+    uint64_t pos = d->status_start;
+
+    for (uint32_t i = 0; i < d->n_status; i++) {
+        uint64_t end = pos + d->status[i].length;
+        if (off >= pos && off < end) {
+            status_to_extent(&d->status[i], off, ext);
+            ext->length = MIN(end - off, len);
+            ext->filename = n->filename;
+            return true;
+        }
+        pos = end;
+    }
+    return false;
+}
+
+static int nbd_drv_block_status(struct blk_node *n, uint64_t off, uint64_t len,
+                                struct blk_extent *ext)
+{
+    struct nbd_drv *d = n->opaque;
+    struct nbd_client_conn *c = pick_conn(d);
+    struct nbd_client_extent *ex = NULL;
+    uint32_t n_ex = 0;
+    int r;
+
+    memset(ext, 0, sizeof *ext);
+    if (!c->base_alloc) {
+        ext->length = len;
+        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
+        ext->offset = off;
+        ext->depth = 1;
+        ext->filename = n->filename;
+        return 0;
+    }
+    pthread_mutex_lock(&d->status_lock);
+    bool hit = status_cached(d, n, off, len, ext);
+    pthread_mutex_unlock(&d->status_lock);
+    if (hit) {
+        return 0;
+    }
+    r = nbd_client_request(c, NBD_CMD_BLOCK_STATUS, 0, off,
+                           (uint32_t)MIN(len, (uint64_t)MAX_EFFECT), NULL, 0, NULL, 0, &ex, &n_ex);
+    if (r < 0) {
+        free(ex);
+        return r;
+    }
+    if (n_ex == 0 || ex[0].length == 0) {
+        free(ex);
+        return err_setx(EPROTO, "%s: the NBD server answered block status with no extent",
+                        n->filename);
+    }
+    pthread_mutex_lock(&d->status_lock);
+    free(d->status);
+    d->status = ex;
+    d->n_status = n_ex;
+    d->status_start = off;
+    status_cached(d, n, off, len, ext);
+    pthread_mutex_unlock(&d->status_lock);
+    return 0;
+}
+
+static int nbd_drv_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct nbd_drv *d = n->opaque;
+
+    if (!(d->exp.eflags & NBD_FLAG_SEND_CACHE)) {
+        return 0;
+    }
+    return nbd_client_request(pick_conn(d), NBD_CMD_CACHE, 0, off,
+                              (uint32_t)MIN(len, (uint64_t)MAX_EFFECT), NULL, 0, NULL, 0, NULL,
+                              NULL);
+}
+
+static int64_t nbd_drv_get_length(struct blk_node *n)
+{
+    struct nbd_drv *d = n->opaque;
+
+    return (int64_t)d->exp.size;
+}
+
+static const struct blk_driver nbd_driver = {
+    .name = "nbd",
+    .claims = nbd_uri_is,
+    .state_size = sizeof(struct nbd_drv),
+    .open = nbd_drv_open,
+    .close = nbd_drv_close,
+    .preadv = nbd_drv_preadv,
+    .pwritev = nbd_drv_pwritev,
+    .pwrite_zeroes = nbd_drv_pwrite_zeroes,
+    .discard = nbd_drv_discard,
+    .flush = nbd_drv_flush,
+    .block_status = nbd_drv_block_status,
+    .prefetch = nbd_drv_prefetch,
+    .get_length = nbd_drv_get_length,
+};
+
+BLK_REGISTER_DRIVER(nbd_driver)

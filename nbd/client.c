@@ -1,0 +1,472 @@
+/* nbd/client.c: NBD transmission on the client side.  Many threads send
+ * requests on one connection; one reader thread reads every reply, puts
+ * READ data straight into the waiting request's buffers and wakes it.
+ * Cookies are slot numbers plus a generation, so a late or forged reply
+ * can never complete the wrong request. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "names.h"
+#include "protocol.h"
+
+#define MAX_STATUS_DESCRIPTORS (1u << 16)
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        if (n == 0) {
+            return -ECONNRESET;
+        }
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int recv_discard(int fd, uint64_t len)
+{
+    uint8_t scratch[4096];
+
+    while (len > 0) {
+        size_t n = (size_t)MIN(len, (uint64_t)sizeof scratch);
+        int r = recv_all(fd, scratch, n);
+        if (r < 0) {
+            return r;
+        }
+        len -= n;
+    }
+    return 0;
+}
+
+/* Fail every request in flight and refuse new ones. */
+static void conn_die(struct nbd_client_conn *c, const char *why)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->dead) {
+        c->dead = true;
+        snprintf(c->dead_msg, sizeof c->dead_msg, "%s", why);
+    }
+    for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
+        struct nbd_client_slot *s = &c->slots[i];
+        if (s->busy && !s->done) {
+            s->err = ECONNRESET;
+            snprintf(s->msg, sizeof s->msg, "%s", c->dead_msg);
+            s->done = true;
+            pthread_cond_signal(&s->cond);
+        }
+    }
+    pthread_cond_broadcast(&c->slot_free);
+    pthread_mutex_unlock(&c->lock);
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+static struct nbd_client_slot *slot_for(struct nbd_client_conn *c, uint64_t cookie)
+{
+    uint64_t idx = cookie & 0xffff, gen = (cookie >> 16) & 0xffff;
+
+    if (idx >= NBD_CLIENT_SLOTS || cookie >> 32) {
+        return NULL;
+    }
+    struct nbd_client_slot *s = &c->slots[idx];
+    return s->busy && !s->done && s->generation == gen ? s : NULL;
+}
+
+static void slot_complete(struct nbd_client_conn *c, struct nbd_client_slot *s)
+{
+    pthread_mutex_lock(&c->lock);
+    s->done = true;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Data for [off, off+len) of a READ: into the right part of its iovec. */
+static int read_into(struct nbd_client_conn *c, struct nbd_client_slot *s, uint64_t off,
+                     uint64_t len, bool hole)
+{
+    if (s->type != NBD_CMD_READ || off < s->offset || off - s->offset > s->count ||
+        len > s->count - (off - s->offset)) {
+        return -EPROTO;
+    }
+    uint64_t skip = off - s->offset;
+    if (hole) {
+        iov_memset(s->iov, s->iovcnt, skip, 0, len);
+    } else {
+        struct iovec sub[64];
+        int k = iov_slice(s->iov, s->iovcnt, skip, len, sub, 64);
+        if (k < 0) {
+            return -EINVAL;
+        }
+        for (int i = 0; i < k; i++) {
+            int r = recv_all(c->fd, sub[i].iov_base, sub[i].iov_len);
+            if (r < 0) {
+                return r;
+            }
+        }
+    }
+    s->covered += len;
+    return 0;
+}
+
+static int read_error_chunk(struct nbd_client_conn *c, struct nbd_client_slot *s, uint32_t len,
+                            bool with_offset)
+{
+    struct nbd_chunk_error e;
+    char msg[NBD_MAX_STRING + 1];
+    int r;
+
+    if (len < sizeof e) {
+        return -EPROTO;
+    }
+    r = recv_all(c->fd, &e, sizeof e);
+    uint32_t msglen = be16toh(e.len);
+    if (r == 0 && (msglen > len - sizeof e || msglen > NBD_MAX_STRING)) {
+        return -EPROTO;
+    }
+    if (r == 0) {
+        r = recv_all(c->fd, msg, msglen);
+    }
+    if (r == 0) {
+        r = recv_discard(c->fd, len - sizeof e - msglen); /* the offset, if any */
+    }
+    (void)with_offset;
+    if (r == 0) {
+        msg[msglen] = '\0';
+        uint32_t err = be32toh(e.error);
+        s->err = err == NBD_EPERM       ? EPERM
+                 : err == NBD_EIO       ? EIO
+                 : err == NBD_ENOMEM    ? ENOMEM
+                 : err == NBD_ENOSPC    ? ENOSPC
+                 : err == NBD_EOVERFLOW ? EOVERFLOW
+                 : err == NBD_ENOTSUP   ? ENOTSUP
+                 : err == NBD_ESHUTDOWN ? ESHUTDOWN
+                                        : EINVAL;
+        /* Long messages keep their beginning. */
+        size_t keep = MIN((size_t)msglen, sizeof s->msg - 1);
+        memcpy(s->msg, msg, keep);
+        s->msg[keep] = '\0';
+    }
+    return r;
+}
+
+static int read_block_status(struct nbd_client_conn *c, struct nbd_client_slot *s, uint32_t len)
+{
+    uint32_t ctx, n = (len - 4) / 8;
+    int r;
+
+    if (s->type != NBD_CMD_BLOCK_STATUS || len < 12 || (len - 4) % 8) {
+        return -EPROTO;
+    }
+    r = recv_all(c->fd, &ctx, 4);
+    if (r < 0) {
+        return r;
+    }
+    if (!c->base_alloc || be32toh(ctx) != c->base_alloc_id || s->extents ||
+        n > MAX_STATUS_DESCRIPTORS) {
+        return recv_discard(c->fd, len - 4); /* not ours, or a second one */
+    }
+    CLEANUP_FREE struct nbd_block_descriptor *d = malloc((size_t)n * sizeof *d);
+    s->extents = malloc((size_t)n * sizeof *s->extents);
+    if (!d || !s->extents) {
+        return -ENOMEM;
+    }
+    r = recv_all(c->fd, d, (size_t)n * sizeof *d);
+    for (uint32_t i = 0; r == 0 && i < n; i++) {
+        s->extents[i].length = be32toh(d[i].length);
+        s->extents[i].flags = be32toh(d[i].status_flags);
+    }
+    s->n_extents = n;
+    return r;
+}
+
+/* One structured chunk.  Returns 1 when the reply is complete. */
+static int read_chunk(struct nbd_client_conn *c)
+{
+    struct nbd_structured_reply h;
+    int r = recv_all(c->fd, (uint8_t *)&h + 4, sizeof h - 4);
+
+    if (r < 0) {
+        return r;
+    }
+    uint16_t flags = be16toh(h.flags), type = be16toh(h.type);
+    uint32_t len = be32toh(h.length);
+    struct nbd_client_slot *s = slot_for(c, be64toh(h.cookie));
+    if (!s || !c->structured) {
+        return -EPROTO;
+    }
+    switch (type) {
+    case NBD_REPLY_TYPE_NONE:
+        r = len == 0 ? 0 : -EPROTO;
+        break;
+    case NBD_REPLY_TYPE_OFFSET_DATA: {
+        uint64_t off;
+        if (len < 8) {
+            return -EPROTO;
+        }
+        r = recv_all(c->fd, &off, 8);
+        if (r == 0) {
+            r = read_into(c, s, be64toh(off), len - 8, false);
+        }
+        break;
+    }
+    case NBD_REPLY_TYPE_OFFSET_HOLE: {
+        struct nbd_chunk_offset_hole hole;
+        if (len != sizeof hole) {
+            return -EPROTO;
+        }
+        r = recv_all(c->fd, &hole, sizeof hole);
+        if (r == 0) {
+            r = read_into(c, s, be64toh(hole.offset), be32toh(hole.length), true);
+        }
+        break;
+    }
+    case NBD_REPLY_TYPE_BLOCK_STATUS:
+        r = read_block_status(c, s, len);
+        break;
+    case NBD_REPLY_TYPE_ERROR:
+    case NBD_REPLY_TYPE_ERROR_OFFSET:
+        r = read_error_chunk(c, s, len, type == NBD_REPLY_TYPE_ERROR_OFFSET);
+        break;
+    default:
+        if (!(type & 0x8000)) {
+            return -EPROTO; /* an unknown non-error chunk: cannot continue */
+        }
+        s->err = EIO; /* unknown error chunk: the request failed */
+        r = recv_discard(c->fd, len);
+    }
+    if (r < 0) {
+        return r;
+    }
+    if (flags & NBD_REPLY_FLAG_DONE) {
+        if (!s->err && s->type == NBD_CMD_READ && s->covered < s->count) {
+            return -EPROTO; /* claimed success without all the data */
+        }
+        slot_complete(c, s);
+    }
+    return 0;
+}
+
+static int read_simple(struct nbd_client_conn *c)
+{
+    struct nbd_simple_reply h;
+    int r = recv_all(c->fd, (uint8_t *)&h + 4, sizeof h - 4);
+
+    if (r < 0) {
+        return r;
+    }
+    struct nbd_client_slot *s = slot_for(c, be64toh(h.cookie));
+    uint32_t err = be32toh(h.error);
+    if (!s || (s->type == NBD_CMD_READ && c->structured)) {
+        return -EPROTO;
+    }
+    if (err) {
+        s->err = err == NBD_EPERM    ? EPERM
+                 : err == NBD_ENOSPC ? ENOSPC
+                 : err == NBD_EIO    ? EIO
+                                     : EINVAL;
+    } else if (s->type == NBD_CMD_READ) {
+        r = read_into(c, s, s->offset, s->count, false);
+    }
+    if (r == 0) {
+        slot_complete(c, s);
+    }
+    return r;
+}
+
+static void *reader_main(void *arg)
+{
+    struct nbd_client_conn *c = arg;
+    int r;
+
+    for (;;) {
+        uint32_t magic;
+        r = recv_all(c->fd, &magic, 4);
+        if (r < 0) {
+            break;
+        }
+        magic = be32toh(magic);
+        if (magic == NBD_SIMPLE_REPLY_MAGIC) {
+            r = read_simple(c);
+        } else if (magic == NBD_STRUCTURED_REPLY_MAGIC) {
+            r = read_chunk(c);
+        } else {
+            r = -EPROTO;
+        }
+        if (r < 0) {
+            break;
+        }
+    }
+    conn_die(c, r == -EPROTO ? "the NBD server sent an invalid reply"
+                             : "the connection to the NBD server was lost");
+    return NULL;
+}
+
+int nbd_client_start(struct nbd_client_conn *c)
+{
+    if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
+        return err_set(EAGAIN, "starting the NBD reply reader");
+    }
+    c->reader_running = true;
+    return 0;
+}
+
+void nbd_client_close(struct nbd_client_conn *c)
+{
+    if (!c) {
+        return;
+    }
+    if (c->reader_running) {
+        /* A polite goodbye, then wait for the reader to see the end. */
+        struct nbd_request disc = {htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_DISC), 0, 0, 0};
+        pthread_mutex_lock(&c->send_lock);
+        (void)!send(c->fd, &disc, sizeof disc, MSG_NOSIGNAL);
+        pthread_mutex_unlock(&c->send_lock);
+        shutdown(c->fd, SHUT_RDWR);
+        pthread_join(c->reader, NULL);
+    }
+    if (c->fd >= 0) {
+        close(c->fd);
+    }
+    for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
+        pthread_cond_destroy(&c->slots[i].cond);
+        free(c->slots[i].extents);
+    }
+    pthread_mutex_destroy(&c->send_lock);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->slot_free);
+    free(c);
+}
+
+static int send_request(struct nbd_client_conn *c, const struct nbd_request *req,
+                        const struct iovec *payload, int payload_cnt)
+{
+    struct iovec iov[66];
+    int n = 0, r = 0;
+
+    if (payload_cnt > 64) {
+        return err_setx(EINVAL, "NBD write with too many iovec elements");
+    }
+    iov[n++] = (struct iovec){(void *)req, sizeof *req};
+    for (int i = 0; i < payload_cnt; i++) {
+        iov[n++] = payload[i];
+    }
+    struct iovec *p = iov;
+    pthread_mutex_lock(&c->send_lock);
+    while (n > 0) {
+        struct msghdr msg = {.msg_iov = p, .msg_iovlen = (size_t)n};
+        ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (sent < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            r = -errno;
+            break;
+        }
+        while (n > 0 && (size_t)sent >= p->iov_len) {
+            sent -= (ssize_t)p->iov_len;
+            p++;
+            n--;
+        }
+        if (n > 0) {
+            p->iov_base = (char *)p->iov_base + sent;
+            p->iov_len -= (size_t)sent;
+        }
+    }
+    pthread_mutex_unlock(&c->send_lock);
+    return r;
+}
+
+int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
+                       uint32_t count, const struct iovec *payload, int payload_cnt,
+                       const struct iovec *read_iov, int read_cnt,
+                       struct nbd_client_extent **extents, uint32_t *n_extents)
+{
+    struct nbd_client_slot *s = NULL;
+    int idx = -1, r;
+
+    pthread_mutex_lock(&c->lock);
+    while (!c->dead) {
+        for (int i = 0; i < NBD_CLIENT_SLOTS && idx < 0; i++) {
+            if (!c->slots[i].busy) {
+                idx = i;
+            }
+        }
+        if (idx >= 0) {
+            break;
+        }
+        pthread_cond_wait(&c->slot_free, &c->lock);
+    }
+    if (c->dead) {
+        pthread_mutex_unlock(&c->lock);
+        return err_setx(ECONNRESET, "%s", c->dead_msg);
+    }
+    s = &c->slots[idx];
+    s->busy = true;
+    s->done = false;
+    s->generation++;
+    s->type = type;
+    s->offset = offset;
+    s->count = count;
+    s->iov = read_iov;
+    s->iovcnt = read_cnt;
+    s->covered = 0;
+    s->err = 0;
+    s->msg[0] = '\0';
+    s->extents = NULL;
+    s->n_extents = 0;
+    pthread_mutex_unlock(&c->lock);
+
+    struct nbd_request req = {
+        .magic = htobe32(NBD_REQUEST_MAGIC),
+        .flags = htobe16(flags),
+        .type = htobe16(type),
+        .cookie = htobe64(((uint64_t)s->generation << 16) | (uint64_t)idx),
+        .offset = htobe64(offset),
+        .count = htobe32(count),
+    };
+    r = send_request(c, &req, payload, payload_cnt);
+    if (r < 0) {
+        /* Only the reader fails requests (it may be filling one right
+         * now): make it see the end of the stream. */
+        shutdown(c->fd, SHUT_RDWR);
+    }
+
+    pthread_mutex_lock(&c->lock);
+    while (!s->done) {
+        pthread_cond_wait(&s->cond, &c->lock);
+    }
+    r = s->err ? -s->err : 0;
+    if (r < 0) {
+        err_setx(-r, "NBD server: %s%s%s", nbd_cmd_name(type), s->msg[0] ? ": " : "", s->msg);
+    }
+    if (extents) {
+        *extents = s->extents;
+        *n_extents = s->n_extents;
+    } else {
+        free(s->extents);
+    }
+    s->extents = NULL;
+    s->busy = false;
+    pthread_cond_signal(&c->slot_free);
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}

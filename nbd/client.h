@@ -1,0 +1,87 @@
+/* nbd/client.h: the NBD client, shared by its files.
+ *
+ *   client-handshake.c  connect, fixed newstyle negotiation (GO, structured
+ *                       replies, base:allocation), EXPORT_NAME fallback
+ *   client.c            transmission: requests from many threads on one
+ *                       connection, a reader thread matching replies to
+ *                       requests by cookie
+ *   client-driver.c     the "nbd" protocol driver of the block layer
+ *
+ * A request is sent under the connection's send lock and its thread sleeps
+ * until the reader has filled its buffer (read data lands straight in the
+ * caller's iovec) and marked it done.  Any protocol violation by the server
+ * ends the connection and fails every request in flight. */
+#ifndef DISKIMG_NBD_CLIENT_H
+#define DISKIMG_NBD_CLIENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "uri.h"
+
+#define NBD_CLIENT_SLOTS 64 /* requests in flight per connection */
+#define NBD_CLIENT_MAX_CONNS 8
+
+struct nbd_client_extent {
+    uint64_t length;
+    uint32_t flags; /* NBD_STATE_* */
+};
+
+struct nbd_client_slot {
+    bool busy, done;
+    uint16_t generation;
+    pthread_cond_t cond;
+    uint16_t type;
+    uint64_t offset;
+    uint32_t count;
+    const struct iovec *iov; /* READ destination */
+    int iovcnt;
+    uint64_t covered; /* READ: bytes delivered so far */
+    int err;          /* errno, 0 = success */
+    char msg[256];
+    struct nbd_client_extent *extents; /* BLOCK_STATUS result (malloc'd) */
+    uint32_t n_extents;
+};
+
+struct nbd_client_conn {
+    int fd;
+    pthread_mutex_t send_lock;
+    pthread_mutex_t lock; /* slots, dead */
+    pthread_cond_t slot_free;
+    struct nbd_client_slot slots[NBD_CLIENT_SLOTS];
+    pthread_t reader;
+    bool reader_running;
+    bool dead;
+    char dead_msg[256];
+    /* negotiated */
+    bool structured;
+    bool base_alloc; /* base:allocation negotiated, with this id */
+    uint32_t base_alloc_id;
+};
+
+/* What the handshake learnt about the export (the same on every
+ * connection of a node). */
+struct nbd_client_export {
+    uint64_t size;
+    uint16_t eflags;
+    uint32_t min_block, pref_block, max_block;
+};
+
+/* client-handshake.c: connect and negotiate; returns 0 or -errno with a
+ * message ("export 'x' not found", "the server requires TLS"). */
+int nbd_client_connect(const struct nbd_uri *u, struct nbd_client_conn **out,
+                       struct nbd_client_export *exp);
+void nbd_client_close(struct nbd_client_conn *c);
+
+/* client.c */
+int nbd_client_start(struct nbd_client_conn *c);
+/* One request and its reply.  payload: WRITE data; read_iov: READ
+ * destination; extents: BLOCK_STATUS result (caller frees). */
+int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
+                       uint32_t count, const struct iovec *payload, int payload_cnt,
+                       const struct iovec *read_iov, int read_cnt,
+                       struct nbd_client_extent **extents, uint32_t *n_extents);
+
+#endif

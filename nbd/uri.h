@@ -1,0 +1,27 @@
+/* nbd/uri.h: NBD URIs (NetworkBlockDevice doc/uri.md), as qemu-img and
+ * libnbd accept them:
+ *   nbd://HOST[:PORT]/[EXPORT]          TCP (IPv6 hosts in brackets)
+ *   nbd+unix:///[EXPORT]?socket=PATH    unix socket
+ *   nbds://..., nbds+unix://...         the same over TLS
+ * Pure parsing, no I/O; unit-tested in tests/unit/test-uri.c. */
+#ifndef DISKIMG_NBD_URI_H
+#define DISKIMG_NBD_URI_H
+
+#include <stdbool.h>
+
+struct nbd_uri {
+    bool tls;
+    bool unix_socket;
+    char *host;   /* TCP */
+    char *port;   /* TCP, "10809" by default */
+    char *socket; /* unix */
+    char *export_name;
+};
+
+/* True if s looks like an NBD URI (scheme nbd, nbds, nbd+unix, nbds+unix). */
+bool nbd_uri_is(const char *s);
+/* Returns 0, or -EINVAL with a message naming what is wrong. */
+int nbd_uri_parse(const char *s, struct nbd_uri *u);
+void nbd_uri_free(struct nbd_uri *u);
+
+#endif

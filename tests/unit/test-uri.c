@@ -1,0 +1,78 @@
+/* tests/unit/test-uri.c: NBD URI parsing, good and hostile. */
+#include <errno.h>
+#include <string.h>
+
+#include "check.h"
+#include "nbd/uri.h"
+
+CHECK_GLOBALS
+
+static void expect(const char *s, int ret, bool tls, bool unix_socket, const char *host,
+                   const char *port, const char *sock, const char *exp)
+{
+    struct nbd_uri u;
+    int r = nbd_uri_parse(s, &u);
+
+    if (r != ret) {
+        fprintf(stderr, "nbd_uri_parse(\"%s\") = %d, want %d\n", s, r, ret);
+        check_failures++;
+        if (r == 0) {
+            nbd_uri_free(&u);
+        }
+        return;
+    }
+    if (r < 0) {
+        return;
+    }
+    CHECK(u.tls == tls);
+    CHECK(u.unix_socket == unix_socket);
+    CHECK((!host && !u.host) || (host && u.host && strcmp(host, u.host) == 0));
+    CHECK((!port && !u.port) || (port && u.port && strcmp(port, u.port) == 0));
+    CHECK((!sock && !u.socket) || (sock && u.socket && strcmp(sock, u.socket) == 0));
+    CHECK(strcmp(exp, u.export_name) == 0);
+    nbd_uri_free(&u);
+}
+
+static void test_good(void)
+{
+    expect("nbd://localhost", 0, false, false, "localhost", "10809", NULL, "");
+    expect("nbd://localhost/", 0, false, false, "localhost", "10809", NULL, "");
+    expect("nbd://127.0.0.1:1234/disk", 0, false, false, "127.0.0.1", "1234", NULL, "disk");
+    expect("nbd://[::1]:5000/a%20b", 0, false, false, "::1", "5000", NULL, "a b");
+    expect("nbd://[::1]/x", 0, false, false, "::1", "10809", NULL, "x");
+    expect("nbds://h/e", 0, true, false, "h", "10809", NULL, "e");
+    expect("nbd+unix:///?socket=/tmp/s.sock", 0, false, true, NULL, NULL, "/tmp/s.sock", "");
+    expect("nbd+unix:///exp?socket=/tmp/s.sock", 0, false, true, NULL, NULL, "/tmp/s.sock", "exp");
+    expect("nbds+unix:///e?tls-certificates=x&socket=/a%2Fb", 0, true, true, NULL, NULL, "/a/b",
+           "e");
+    expect("nbd://h/dir/name", 0, false, false, "h", "10809", NULL, "dir/name");
+}
+
+static void test_bad(void)
+{
+    CHECK(nbd_uri_is("nbd://x"));
+    CHECK(nbd_uri_is("nbd+unix:///?socket=x"));
+    CHECK(!nbd_uri_is("file.img"));
+    CHECK(!nbd_uri_is("http://x"));
+    expect("http://x/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://:10809/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h:0/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h:99999/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h:12x/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://[::1/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://[::1]x/", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd+unix:///", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd+unix:///?socket=", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd+unix://host/?socket=/s", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h/%zz", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h/a%00b", -EINVAL, 0, 0, 0, 0, 0, "");
+    expect("nbd://h/%4", -EINVAL, 0, 0, 0, 0, 0, "");
+}
+
+int main(void)
+{
+    RUN(test_good);
+    RUN(test_bad);
+    return check_exit();
+}
