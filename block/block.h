@@ -114,6 +114,12 @@ int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len
 int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,
                      unsigned flags);
 int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
+/* Write whole clusters compressed (qcow2); -ENOTSUP for formats that
+ * cannot.  off is cluster-aligned; len is one cluster, or less at the end
+ * of the image. */
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *buf, uint64_t len);
+/* The format's cluster size, or 0 (raw). */
+uint64_t blk_image_cluster_size(struct blk_image *img);
 /* Honours --discard: a no-op (success) with discard=ignore. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
 /* Change the virtual size (qcow2: grows the L1 table as needed). */
@@ -182,6 +188,26 @@ struct blk_image_info {
 
 int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);
 void blk_image_info_free(struct blk_image_info *info);
+
+/* ---- Copying (convert) ---- */
+
+struct blk_copy_opts {
+    unsigned workers;     /* requests in flight (-m) */
+    bool out_of_order;    /* -W: writes need not land in order */
+    uint64_t min_sparse;  /* -S: zero runs at least this long are not written (0: all) */
+    bool target_is_zero;  /* zero ranges need no writing at all */
+    bool compress;        /* -c: whole clusters, compressed */
+    bool top_only;        /* -B: only what the source's top layer holds */
+    uint64_t buffer_size; /* bytes per request (default 2 MiB) */
+    /* Called from worker threads with the bytes done so far. */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+    /* Set (e.g. by a signal handler) to stop early with -EINTR. */
+    volatile int *cancel;
+};
+
+/* Copy the whole of src into dst (dst at least as large). */
+int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *o);
 
 /* ---- Creating images (qemu-img create) ---- */
 

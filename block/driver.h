@@ -73,6 +73,10 @@ struct blk_driver {
      * range is not aligned to request_alignment (see zero_alignment). */
     int (*pwrite_zeroes)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
     int (*discard)(struct blk_node *n, uint64_t off, uint64_t len);
+    /* Write one whole cluster compressed (qcow2). */
+    int (*pwrite_compressed)(struct blk_node *n, uint64_t off, const void *buf, uint64_t len);
+    /* The format's allocation unit (0: none). */
+    uint64_t (*cluster_size)(struct blk_node *n);
     /* Own caches (formats) or stable storage (protocols); the generic layer
      * flushes children afterwards. */
     int (*flush)(struct blk_node *n);

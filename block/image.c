@@ -181,6 +181,30 @@ int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, u
     return blk_pwrite_zeroes(img->root, off, len, blk_image_zero_flags(img, flags));
 }
 
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *buf, uint64_t len)
+{
+    struct blk_node *n = img->root;
+    uint64_t size = blk_image_size(img);
+
+    if (img->read_only) {
+        return err_setx(EPERM, "%s is read-only", n->filename);
+    }
+    if (!n->drv->pwrite_compressed) {
+        return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", n->filename,
+                        n->drv->name);
+    }
+    if (off > size || len > size - off) {
+        return err_setx(ENOSPC, "%s: compressed write past the end", n->filename);
+    }
+    atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
+    return n->drv->pwrite_compressed(n, off, buf, len);
+}
+
+uint64_t blk_image_cluster_size(struct blk_image *img)
+{
+    return img->root->drv->cluster_size ? img->root->drv->cluster_size(img->root) : 0;
+}
+
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)
 {
     uint64_t size = blk_image_size(img);

@@ -31,6 +31,7 @@ extern const struct cmd cmd_info;
 extern const struct cmd cmd_check;
 extern const struct cmd cmd_map;
 extern const struct cmd cmd_resize;
+extern const struct cmd cmd_convert;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

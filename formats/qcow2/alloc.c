@@ -450,3 +450,104 @@ int qcow2_preallocate(struct blk_node *n, bool falloc, bool full)
     }
     return r;
 }
+
+/* Host bytes for compressed data: packed after the previous compressed
+ * cluster, spilling into the next host cluster when that one is free, as
+ * qemu packs them.  Every host cluster the data touches gains one
+ * reference. */
+static int alloc_compressed_bytes_locked(struct qcow2_state *s, uint64_t len, uint64_t *host)
+{
+    uint64_t cs = s->cluster_size, next = s->compressed_next;
+    int r;
+
+    if (next && (next & (cs - 1)) + len <= cs) {
+        r = qcow2_update_refcount_locked(s, next & ~(cs - 1), cs, 1);
+        if (r == 0) {
+            *host = next;
+        }
+    } else if (next) {
+        uint64_t fresh;
+        r = qcow2_alloc_clusters_locked(s, 1, &fresh);
+        if (r < 0) {
+            return r;
+        }
+        if (fresh == (next & ~(cs - 1)) + cs) {
+            r = qcow2_update_refcount_locked(s, next & ~(cs - 1), cs, 1);
+            *host = next; /* spans into the cluster just taken */
+        } else {
+            *host = fresh; /* not adjacent: start over in the new cluster */
+        }
+    } else {
+        r = qcow2_alloc_clusters_locked(s, 1, host);
+    }
+    if (r == 0) {
+        s->compressed_next = (*host + len) & (cs - 1) ? *host + len : 0;
+    }
+    return r;
+}
+
+int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, uint64_t len)
+{
+    struct qcow2_state *s = n->opaque;
+    uint64_t cs = s->cluster_size;
+    CLEANUP_FREE uint8_t *padded = NULL, *out = NULL;
+    const uint8_t *in = buf;
+    size_t clen = 0;
+    struct qcow2_alloc a;
+    uint64_t host;
+    int r;
+
+    if ((off & (cs - 1)) || len > cs || len == 0) {
+        return err_setx(EINVAL, "qcow2: compressed writes take whole clusters");
+    }
+    if (len < cs) {
+        /* the last cluster of the image: pad it with zeroes */
+        padded = calloc(1, cs);
+        if (!padded) {
+            return err_set(ENOMEM, "qcow2: cluster buffer");
+        }
+        memcpy(padded, buf, len);
+        in = padded;
+    }
+    out = malloc(cs);
+    if (!out) {
+        return err_set(ENOMEM, "qcow2: compression buffer");
+    }
+    r = qcow2_compress_cluster(s, in, out, cs - 1, &clen);
+    if (r == -ENOSPC) {
+        /* Incompressible: an ordinary cluster, as qemu stores it. */
+        return qcow2_pwritev(n, off, &(struct iovec){(void *)buf, len}, 1, 0);
+    }
+    if (r < 0) {
+        return r;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->corrupt) {
+        pthread_mutex_unlock(&s->lock);
+        return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
+    }
+    alloc_wait_locked(s, off, off + cs);
+    alloc_register(s, &a, off, off + cs);
+    r = alloc_compressed_bytes_locked(s, clen, &host);
+    pthread_mutex_unlock(&s->lock);
+    if (r == 0) {
+        r = blk_pwrite(s->file, host, out, clen, 0);
+    }
+    pthread_mutex_lock(&s->lock);
+    if (r == 0) {
+        uint64_t *slice, bitmap;
+        unsigned idx;
+        r = qcow2_get_l2_slice_locked(s, off, true, &slice, &idx);
+        if (r == 0) {
+            uint64_t nb = ((host + clen - 1) >> 9) - (host >> 9);
+            uint64_t old = qcow2_l2_get(s, slice, idx, &bitmap);
+            qcow2_l2_set(s, slice, idx, host | (nb << s->csize_shift) | QCOW_OFLAG_COMPRESSED, 0);
+            qcow2_cache_mark_dirty(s->l2_cache, slice);
+            qcow2_cache_put(s->l2_cache, slice);
+            r = qcow2_free_l2_entry_later_locked(s, old);
+        }
+    }
+    alloc_unregister(s, &a);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}

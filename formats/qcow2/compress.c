@@ -6,6 +6,7 @@
  * known, so trailing input after the end of the stream is ignored. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -117,5 +118,97 @@ int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *
                         " bytes) does not decompress to one cluster",
                         coffset, csize);
     }
+    return 0;
+}
+
+/* ---- compression (convert -c) ---- */
+
+/* Each thread keeps its codec state: setting up deflate costs more than
+ * compressing a small cluster. */
+struct codec_state {
+    z_stream z;
+    bool z_ready;
+#ifdef HAVE_ZSTD
+    ZSTD_CCtx *zstd;
+#endif
+};
+
+static pthread_key_t codec_key;
+static pthread_once_t codec_once = PTHREAD_ONCE_INIT;
+
+static void codec_free(void *p)
+{
+    struct codec_state *cs = p;
+
+    if (cs->z_ready) {
+        deflateEnd(&cs->z);
+    }
+#ifdef HAVE_ZSTD
+    ZSTD_freeCCtx(cs->zstd);
+#endif
+    free(cs);
+}
+
+static void codec_key_init(void)
+{
+    pthread_key_create(&codec_key, codec_free);
+}
+
+static struct codec_state *codec_get(void)
+{
+    struct codec_state *cs;
+
+    pthread_once(&codec_once, codec_key_init);
+    cs = pthread_getspecific(codec_key);
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (cs) {
+            pthread_setspecific(codec_key, cs);
+        }
+    }
+    return cs;
+}
+
+int qcow2_compress_cluster(struct qcow2_state *s, const uint8_t *in, uint8_t *out, size_t cap,
+                           size_t *out_len)
+{
+    struct codec_state *cs = codec_get();
+
+    if (!cs) {
+        return err_set(ENOMEM, "qcow2: compression state");
+    }
+    if (s->hdr.compression_type == QCOW2_COMPRESSION_ZSTD) {
+#ifdef HAVE_ZSTD
+        if (!cs->zstd && !(cs->zstd = ZSTD_createCCtx())) {
+            return err_set(ENOMEM, "qcow2: zstd context");
+        }
+        size_t n = ZSTD_compressCCtx(cs->zstd, out, cap, in, s->cluster_size, ZSTD_CLEVEL_DEFAULT);
+        if (ZSTD_isError(n)) {
+            return -ENOSPC; /* does not shrink: store it uncompressed */
+        }
+        *out_len = n;
+        return 0;
+#else
+        return err_setx(ENOTSUP, "qcow2: zstd compression needs a build with libzstd");
+#endif
+    }
+    /* Raw deflate with a 4 KiB window, as qemu writes it. */
+    if (!cs->z_ready) {
+        if (deflateInit2(&cs->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -12, 9, Z_DEFAULT_STRATEGY) !=
+            Z_OK) {
+            return err_set(ENOMEM, "qcow2: deflate");
+        }
+        cs->z_ready = true;
+    } else {
+        deflateReset(&cs->z);
+    }
+    cs->z.next_in = (Bytef *)in;
+    cs->z.avail_in = (uInt)s->cluster_size;
+    cs->z.next_out = out;
+    cs->z.avail_out = (uInt)cap;
+    if (deflate(&cs->z, Z_FINISH) != Z_STREAM_END) {
+        return -ENOSPC;
+    }
+    *out_len = cap - cs->z.avail_out;
     return 0;
 }

@@ -744,6 +744,13 @@ static int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
     return 0;
 }
 
+static uint64_t qcow2_cluster_size(struct blk_node *n)
+{
+    struct qcow2_state *s = n->opaque;
+
+    return s->cluster_size;
+}
+
 static const struct blk_driver qcow2_driver = {
     .name = "qcow2",
     .is_format = true,
@@ -755,6 +762,8 @@ static const struct blk_driver qcow2_driver = {
     .pwritev = qcow2_pwritev,
     .pwrite_zeroes = qcow2_pwrite_zeroes,
     .discard = qcow2_discard,
+    .pwrite_compressed = qcow2_pwrite_compressed,
+    .cluster_size = qcow2_cluster_size,
     .flush = qcow2_flush,
     .block_status = qcow2_block_status,
     .get_length = qcow2_get_length,

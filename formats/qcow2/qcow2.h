@@ -130,8 +130,9 @@ struct qcow2_state {
     struct qcow2_pending_free *pending;
     size_t n_pending, cap_pending;
 
-    uint64_t free_hint; /* lowest cluster index that may be free */
-    uint64_t file_end;  /* one past the last cluster we know of (bytes) */
+    uint64_t free_hint;       /* lowest cluster index that may be free */
+    uint64_t compressed_next; /* where the next compressed cluster may go (0: new cluster) */
+    uint64_t file_end;        /* one past the last cluster we know of (bytes) */
 
     struct qcow2_snapshot *snapshots;
     uint32_t n_snapshots;
@@ -188,6 +189,9 @@ int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
 
 /* cluster.c */
 int qcow2_load_l1(struct qcow2_state *s);
+/* Do two entries of an L1 table (n entries, host or disk byte order) name
+ * the same L2 table?  Returns 1 and sets *dup to its offset, 0, or -ENOMEM. */
+int qcow2_l1_duplicate(const uint64_t *l1, uint32_t n, bool big_endian, uint64_t *dup);
 int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes,
                      struct qcow2_map *m);
 /* The L2 slice holding guest's entry, allocating (or copying a shared)
@@ -221,6 +225,7 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
                   unsigned flags);
 int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len);
+int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, uint64_t len);
 
 /* Map every cluster of the image to a host cluster (create -o
  * preallocation): metadata only, or also fallocate the data (falloc), or
@@ -247,6 +252,10 @@ int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *io
 
 /* compress.c */
 int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *out);
+/* Compress one cluster into out (cap bytes); -ENOSPC when it does not
+ * fit (the caller stores it uncompressed). */
+int qcow2_compress_cluster(struct qcow2_state *s, const uint8_t *in, uint8_t *out, size_t cap,
+                           size_t *out_len);
 /* Host clusters a compressed descriptor touches. */
 void qcow2_compressed_range(const struct qcow2_state *s, uint64_t l2_entry, uint64_t *offset,
                             uint64_t *bytes);

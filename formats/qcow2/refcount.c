@@ -296,6 +296,9 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
             qcow2_cache_discard_locked(s->l2_cache, off);
             qcow2_remove_metadata_locked(s, off, s->cluster_size);
             s->free_hint = MIN(s->free_hint, c);
+            if (s->compressed_next && (s->compressed_next >> s->cluster_bits) == c) {
+                s->compressed_next = 0; /* never append to a freed cluster */
+            }
         }
     }
     return 0;

@@ -1,0 +1,338 @@
+/* block/copy.c: copying one image into another (what convert does).
+ *
+ * Workers claim ranges of the source in offset order.  Each claim is
+ * homogeneous by block status: a range that reads as zeroes is never read
+ * (and not written at all when the target is known to be zero), a range
+ * with data is read whole and then split at min_sparse granularity, so
+ * zeroes written as data become holes too.  Reads overlap freely; writes
+ * land in offset order unless out-of-order writes were asked for, which
+ * keeps a growable target (qcow2) laid out sequentially. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+
+#define DEFAULT_BUFFER (2u << 20)
+#define MAX_ZERO_CLAIM (1ULL << 30) /* one zero claim at most (progress stays smooth) */
+#define MAX_WORKERS 64
+
+enum claim_kind { CLAIM_DATA, CLAIM_ZERO, CLAIM_SKIP };
+
+struct copy {
+    struct blk_image *src, *dst;
+    const struct blk_copy_opts *o;
+    uint64_t size;
+    uint64_t buffer;
+    uint64_t cluster; /* compression unit */
+    pthread_mutex_t lock;
+    pthread_cond_t turn;
+    uint64_t next_claim; /* under lock */
+    uint64_t next_write; /* under lock: in-order writes */
+    uint64_t done;       /* under lock */
+    int err;             /* first error, under lock */
+    char msg[512];
+};
+
+struct claim {
+    uint64_t start, len;
+    enum claim_kind kind;
+};
+
+static bool copy_failed_locked(struct copy *c)
+{
+    return c->err || (c->o->cancel && *c->o->cancel);
+}
+
+static void copy_fail(struct copy *c, int r)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->err) {
+        c->err = r;
+        snprintf(c->msg, sizeof c->msg, "%s", err_msg_or(r));
+    }
+    pthread_cond_broadcast(&c->turn);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Claim the next homogeneous range.  Returns 1 when there is none left. */
+static int claim_next_locked(struct copy *c, struct claim *cl)
+{
+    struct blk_extent ext;
+    int r;
+
+    if (c->next_claim >= c->size) {
+        return 1;
+    }
+    cl->start = c->next_claim;
+    r = blk_image_block_status(c->src, cl->start, c->size - cl->start, &ext);
+    if (r < 0) {
+        return r;
+    }
+    if (c->o->top_only && ext.depth != 1) {
+        cl->kind = CLAIM_SKIP; /* the target's backing file has it */
+    } else if ((ext.flags & BLK_EXT_ZERO) && c->o->min_sparse) {
+        cl->kind = CLAIM_ZERO;
+    } else {
+        cl->kind = CLAIM_DATA;
+    }
+    uint64_t max = cl->kind == CLAIM_DATA ? c->buffer : MAX_ZERO_CLAIM;
+    uint64_t end = cl->start + MIN(ext.length, max);
+    if (c->o->compress) {
+        /* Whole clusters only (claims start on a cluster boundary). */
+        uint64_t ext_end = end;
+        end = MIN(ROUND_UP(ext_end, c->cluster), c->size);
+        if (cl->kind != CLAIM_DATA && end > ext_end) {
+            uint64_t aligned = ROUND_DOWN(ext_end, c->cluster);
+            if (aligned > cl->start) {
+                end = aligned; /* stop before the mixed cluster */
+            } else {
+                cl->kind = CLAIM_DATA; /* one mixed cluster: read and compress it whole */
+                end = MIN(cl->start + c->cluster, c->size);
+            }
+        }
+        if (cl->kind == CLAIM_DATA) {
+            end = MIN(end, cl->start + c->buffer);
+        }
+    }
+    cl->len = end - cl->start;
+    c->next_claim = cl->start + cl->len;
+    return 0;
+}
+
+static void wait_turn(struct copy *c, const struct claim *cl)
+{
+    if (c->o->out_of_order) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    while (c->next_write != cl->start && !copy_failed_locked(c)) {
+        pthread_cond_wait(&c->turn, &c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void finish_claim(struct copy *c, const struct claim *cl)
+{
+    uint64_t done;
+
+    pthread_mutex_lock(&c->lock);
+    if (!c->o->out_of_order) {
+        c->next_write = cl->start + cl->len;
+        pthread_cond_broadcast(&c->turn);
+    }
+    c->done += cl->len;
+    done = c->done;
+    pthread_mutex_unlock(&c->lock);
+    if (c->o->progress) {
+        c->o->progress(c->o->progress_opaque, done, c->size);
+    }
+}
+
+static int write_zero_range(struct copy *c, uint64_t off, uint64_t len, const uint8_t *zeroes)
+{
+    if (c->o->min_sparse == 0) {
+        /* -S 0: allocate everything, zeroes written as data */
+        for (uint64_t pos = 0; pos < len;) {
+            uint64_t n = MIN(len - pos, c->buffer);
+            int r = blk_image_pwrite(c->dst, off + pos, zeroes, n, 0);
+            if (r < 0) {
+                return r;
+            }
+            pos += n;
+        }
+        return 0;
+    }
+    if (c->o->target_is_zero) {
+        return 0;
+    }
+    return blk_image_pwrite_zeroes(c->dst, off, len, BLK_REQ_MAY_UNMAP);
+}
+
+/* Write a data buffer, turning zero runs of at least min_sparse (aligned
+ * to absolute offsets) into holes. */
+static int write_sparse(struct copy *c, uint64_t off, const uint8_t *buf, uint64_t len,
+                        const uint8_t *zeroes)
+{
+    uint64_t g = c->o->min_sparse;
+    uint64_t pos = 0;
+
+    if (g == 0) {
+        return blk_image_pwrite(c->dst, off, buf, len, 0);
+    }
+    while (pos < len) {
+        uint64_t run = pos;
+        bool zero = false, first = true;
+        while (run < len) {
+            uint64_t step = MIN(g - (off + run) % g, len - run);
+            bool z = step == g && buffer_is_zero(buf + run, step);
+            if (first) {
+                zero = z;
+                first = false;
+            } else if (z != zero) {
+                break;
+            }
+            run += step;
+        }
+        int r = zero ? write_zero_range(c, off + pos, run - pos, zeroes)
+                     : blk_image_pwrite(c->dst, off + pos, buf + pos, run - pos, 0);
+        if (r < 0) {
+            return r;
+        }
+        pos = run;
+    }
+    return 0;
+}
+
+static int write_compressed(struct copy *c, uint64_t off, const uint8_t *buf, uint64_t len)
+{
+    for (uint64_t pos = 0; pos < len; pos += c->cluster) {
+        uint64_t n = MIN(c->cluster, len - pos);
+        int r;
+        if (buffer_is_zero(buf + pos, n)) {
+            r = c->o->target_is_zero
+                    ? 0
+                    : blk_image_pwrite_zeroes(c->dst, off + pos, n, BLK_REQ_MAY_UNMAP);
+        } else {
+            r = blk_image_pwrite_compressed(c->dst, off + pos, buf + pos, n);
+        }
+        if (r < 0) {
+            return r;
+        }
+    }
+    return 0;
+}
+
+static int process_claim(struct copy *c, const struct claim *cl, uint8_t *buf,
+                         const uint8_t *zeroes)
+{
+    int r = 0;
+
+    if (cl->kind == CLAIM_DATA) {
+        r = blk_image_pread(c->src, cl->start, buf, cl->len);
+    }
+    if (r < 0) {
+        return r;
+    }
+    wait_turn(c, cl);
+    pthread_mutex_lock(&c->lock);
+    bool stop = copy_failed_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    if (stop) {
+        return 0;
+    }
+    switch (cl->kind) {
+    case CLAIM_SKIP:
+        break;
+    case CLAIM_ZERO:
+        r = write_zero_range(c, cl->start, cl->len, zeroes);
+        break;
+    case CLAIM_DATA:
+        r = c->o->compress ? write_compressed(c, cl->start, buf, cl->len)
+                           : write_sparse(c, cl->start, buf, cl->len, zeroes);
+        break;
+    }
+    return r;
+}
+
+struct worker_arg {
+    struct copy *c;
+    const uint8_t *zeroes;
+};
+
+static void *copy_worker(void *arg)
+{
+    struct worker_arg *wa = arg;
+    struct copy *c = wa->c;
+    void *buf = NULL;
+
+    if (posix_memalign(&buf, 4096, c->buffer) != 0) {
+        copy_fail(c, err_set(ENOMEM, "copy buffer"));
+        return NULL;
+    }
+    for (;;) {
+        struct claim cl;
+        int r;
+
+        pthread_mutex_lock(&c->lock);
+        if (copy_failed_locked(c)) {
+            pthread_mutex_unlock(&c->lock);
+            break;
+        }
+        r = claim_next_locked(c, &cl);
+        pthread_mutex_unlock(&c->lock);
+        if (r == 1) {
+            break;
+        }
+        if (r == 0) {
+            r = process_claim(c, &cl, buf, wa->zeroes);
+        }
+        if (r < 0) {
+            copy_fail(c, r);
+            break;
+        }
+        finish_claim(c, &cl);
+    }
+    free(buf);
+    return NULL;
+}
+
+int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *o)
+{
+    struct copy c = {.src = src, .dst = dst, .o = o};
+    unsigned n = MIN(MAX(o->workers, 1u), (unsigned)MAX_WORKERS);
+    pthread_t tid[MAX_WORKERS];
+    struct worker_arg wa = {&c, NULL};
+    unsigned started = 0;
+    void *zeroes = NULL;
+
+    c.size = blk_image_size(src);
+    c.buffer = o->buffer_size ? o->buffer_size : DEFAULT_BUFFER;
+    if (blk_image_size(dst) < c.size) {
+        return err_setx(
+            ENOSPC, "the target (%" PRIu64 " bytes) is smaller than the source (%" PRIu64 " bytes)",
+            blk_image_size(dst), c.size);
+    }
+    if (o->compress) {
+        c.cluster = blk_image_cluster_size(dst);
+        if (!c.cluster) {
+            return err_setx(ENOTSUP, "compression needs a target format with clusters (qcow2)");
+        }
+        c.buffer = MAX(ROUND_DOWN(c.buffer, c.cluster), c.cluster);
+    }
+    if (posix_memalign(&zeroes, 4096, c.buffer) != 0) {
+        return err_set(ENOMEM, "copy buffer");
+    }
+    memset(zeroes, 0, c.buffer);
+    wa.zeroes = zeroes;
+    pthread_mutex_init(&c.lock, NULL);
+    pthread_cond_init(&c.turn, NULL);
+    for (unsigned i = 0; i < n; i++) {
+        if (pthread_create(&tid[i], NULL, copy_worker, &wa) != 0) {
+            break;
+        }
+        started++;
+    }
+    if (started == 0) {
+        copy_fail(&c, err_set(EAGAIN, "starting copy workers"));
+    }
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+    }
+    pthread_mutex_destroy(&c.lock);
+    pthread_cond_destroy(&c.turn);
+    free(zeroes);
+    if (c.err) {
+        err_setx(-c.err, "%s", c.msg);
+        return c.err;
+    }
+    if (o->cancel && *o->cancel) {
+        return err_setx(EINTR, "interrupted");
+    }
+    return 0;
+}
