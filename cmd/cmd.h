@@ -32,6 +32,8 @@ extern const struct cmd cmd_check;
 extern const struct cmd cmd_map;
 extern const struct cmd cmd_resize;
 extern const struct cmd cmd_convert;
+extern const struct cmd cmd_compare;
+extern const struct cmd cmd_bench;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

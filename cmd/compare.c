@@ -1,0 +1,205 @@
+/* cmd/compare.c: "diskimg compare", as qemu-img compare: do two images
+ * read the same?  Ranges that read as zeroes in both are never read, so
+ * large holes cost nothing.  Exit codes are qemu-img's: 0 identical,
+ * 1 different, 2 an image could not be opened, 3 block status failed,
+ * 4 a read failed. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/cleanup.h"
+#include "common/util.h"
+
+#define CMP_CHUNK (4u << 20)
+#define EXIT_CMP_DIFFERENT 1
+#define EXIT_CMP_OPEN 2
+#define EXIT_CMP_STATUS 3
+#define EXIT_CMP_READ 4
+
+static void compare_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p] [-q] IMAGE1 IMAGE2\n"
+               "\n"
+               "Compare the contents of two images (files or NBD URIs).\n"
+               "\n"
+               "  -f FMT    format of IMAGE1 (default: probe)\n"
+               "  -F FMT    format of IMAGE2 (default: probe)\n"
+               "  -s        strict: sizes and allocation must match too\n"
+               "  -p        progress on stderr\n"
+               "  -q        quiet: only the exit status\n"
+               "  -h        this help\n"
+               "\n"
+               "Without -s, an image larger than the other is equal if its extra tail reads\n"
+               "as zeroes, and a hole equals written zeroes.\n"
+               "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
+               "4 read failed.  See diskimg-compare(1).\n");
+}
+
+struct cmp {
+    struct blk_image *a, *b;
+    bool strict, quiet, progress;
+    uint8_t *ba, *bb;
+};
+
+/* First differing offset in [off, off+len) of a and b, or len if none:
+ * *status gets an exit code on failure. */
+static int cmp_range(struct cmp *c, uint64_t off, uint64_t len, uint64_t *diff)
+{
+    struct blk_extent ea, eb;
+
+    *diff = UINT64_MAX;
+    while (len > 0) {
+        if (blk_image_block_status(c->a, off, len, &ea) < 0 ||
+            blk_image_block_status(c->b, off, len, &eb) < 0) {
+            cmd_print_error(-1);
+            return EXIT_CMP_STATUS;
+        }
+        uint64_t n = MIN(MIN(ea.length, eb.length), (uint64_t)CMP_CHUNK);
+        bool za = ea.flags & BLK_EXT_ZERO, zb = eb.flags & BLK_EXT_ZERO;
+        if (c->strict && (ea.flags & BLK_EXT_ALLOCATED) != (eb.flags & BLK_EXT_ALLOCATED)) {
+            if (!c->quiet) {
+                printf("Strict mode: Offset %" PRIu64 " block status mismatch!\n", off);
+            }
+            return EXIT_CMP_DIFFERENT;
+        }
+        if (!(za && zb)) {
+            if ((!za && blk_image_pread(c->a, off, c->ba, n) < 0) ||
+                (!zb && blk_image_pread(c->b, off, c->bb, n) < 0)) {
+                cmd_print_error(-1);
+                return EXIT_CMP_READ;
+            }
+            const uint8_t *pa = za ? NULL : c->ba, *pb = zb ? NULL : c->bb;
+            for (uint64_t i = 0; i < n; i++) {
+                uint8_t va = pa ? pa[i] : 0, vb = pb ? pb[i] : 0;
+                if (va != vb) {
+                    *diff = off + i;
+                    return 0;
+                }
+            }
+        }
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* The tail of the larger image must read as zeroes. */
+static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t end,
+                    uint64_t *diff)
+{
+    *diff = UINT64_MAX;
+    while (off < end) {
+        struct blk_extent e;
+        if (blk_image_block_status(img, off, end - off, &e) < 0) {
+            cmd_print_error(-1);
+            return EXIT_CMP_STATUS;
+        }
+        uint64_t n = MIN(e.length, (uint64_t)CMP_CHUNK);
+        if (!(e.flags & BLK_EXT_ZERO)) {
+            if (blk_image_pread(img, off, c->ba, n) < 0) {
+                cmd_print_error(-1);
+                return EXIT_CMP_READ;
+            }
+            for (uint64_t i = 0; i < n; i++) {
+                if (c->ba[i]) {
+                    *diff = off + i;
+                    return 0;
+                }
+            }
+        }
+        off += n;
+    }
+    return 0;
+}
+
+static int compare_run(int argc, char **argv)
+{
+    struct blk_image_opts oa = {.read_only = true}, ob = {.read_only = true};
+    struct cmp c = {0};
+    uint64_t diff = UINT64_MAX;
+    int ch, status = 0, r;
+
+    opterr = 0;
+    while ((ch = getopt(argc, argv, ":hf:F:spqUT:")) != -1) {
+        switch (ch) {
+        case 'h':
+            compare_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            oa.format = optarg;
+            break;
+        case 'F':
+            ob.format = optarg;
+            break;
+        case 's':
+            c.strict = true;
+            break;
+        case 'p':
+            c.progress = true;
+            break;
+        case 'q':
+            c.quiet = true;
+            break;
+        case 'U':
+        case 'T':
+            break;
+        case ':':
+            return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            return cmd_usage_error("compare", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (argc - optind != 2) {
+        return cmd_usage_error("compare", "expected IMAGE1 and IMAGE2");
+    }
+    oa.filename = argv[optind];
+    ob.filename = argv[optind + 1];
+    if ((r = blk_image_open(&c.a, &oa)) < 0 || (r = blk_image_open(&c.b, &ob)) < 0) {
+        cmd_print_error(r);
+        blk_image_close(c.a);
+        return EXIT_CMP_OPEN;
+    }
+    c.ba = malloc(CMP_CHUNK);
+    c.bb = malloc(CMP_CHUNK);
+    uint64_t sa = blk_image_size(c.a), sb = blk_image_size(c.b);
+    if (!c.ba || !c.bb) {
+        status = EXIT_ERROR;
+    } else if (c.strict && sa != sb) {
+        if (!c.quiet) {
+            printf("Strict mode: Image size mismatch!\n");
+        }
+        status = EXIT_CMP_DIFFERENT;
+    } else {
+        status = cmp_range(&c, 0, MIN(sa, sb), &diff);
+        if (status == 0 && diff == UINT64_MAX && sa != sb) {
+            if (!c.quiet) {
+                printf("Warning: Image size mismatch!\n");
+            }
+            status = cmp_tail(&c, sa > sb ? c.a : c.b, MIN(sa, sb), MAX(sa, sb), &diff);
+        }
+        if (status == 0 && diff != UINT64_MAX) {
+            if (!c.quiet) {
+                printf("Content mismatch at offset %" PRIu64 "!\n", diff);
+            }
+            status = EXIT_CMP_DIFFERENT;
+        } else if (status == 0 && !c.quiet) {
+            printf("Images are identical.\n");
+        }
+    }
+    free(c.ba);
+    free(c.bb);
+    blk_image_close(c.a);
+    blk_image_close(c.b);
+    return status;
+}
+
+const struct cmd cmd_compare = {
+    .name = "compare",
+    .summary = "check whether two images have the same contents",
+    .run = compare_run,
+    .usage = compare_usage,
+};
