@@ -43,7 +43,14 @@ struct blk_extent {
     uint64_t length;
     unsigned flags;
     uint64_t offset;      /* with BLK_EXT_OFFSET */
-    uint32_t depth;       /* layer of the chain that holds it: 1 = top, 0 = none */
+    /* Two views of the backing chain, as qemu has them:
+     * layer: the image (0 = this one, 1 = its backing file, ...) whose
+     *   status answered, as qemu-img map reports "depth";
+     * depth: qemu:allocation-depth, 0 where no image holds the range, else
+     *   layer + 1; zeroes past the end of a short backing file count as held
+     *   by that backing file. */
+    uint32_t layer;
+    uint32_t depth;
     const char *filename; /* file 'offset' refers to (valid while open) */
 };
 

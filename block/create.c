@@ -42,5 +42,8 @@ int blk_create(const struct blk_create_opts *o, char **summary)
         r = blk_flush(file);
     }
     blk_node_close(file);
+    if (r < 0) {
+        unlink(o->filename); /* no half-formatted image, as qemu-img does */
+    }
     return r;
 }

@@ -190,12 +190,18 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
     return 0;
 }
 
-/* Write iov at pos with fd, looping over short writes. */
-static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, struct iovec *iov, int iovcnt,
-                           uint64_t left, int rwf)
+/* Write the first 'left' bytes of iov at pos with fd, looping over short
+ * writes (iov may hold more: the padded tail of an O_DIRECT write). */
+static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struct iovec *iov_in,
+                           int iovcnt_in, uint64_t left, int rwf)
 {
     struct file_state *s = n->opaque;
+    struct iovec local[FILE_IOV_MAX], *iov = local;
+    int iovcnt = iov_slice(iov_in, iovcnt_in, 0, left, local, FILE_IOV_MAX);
 
+    if (iovcnt < 0) {
+        return err_setx(EINVAL, "%s: too many iovec elements", n->filename);
+    }
     while (left > 0) {
         ssize_t r = s->engine->pwritev(fd, iov, iovcnt, pos, rwf);
         if (r == -EOPNOTSUPP && rwf) {
@@ -205,7 +211,8 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, struct iove
             return err_set((int)-r, "%s: write at offset %" PRIu64, n->filename, pos);
         }
         if (r == 0) {
-            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename, pos);
+            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename,
+                            pos);
         }
         file_advance(&iov, &iovcnt, (size_t)r);
         pos += (uint64_t)r;

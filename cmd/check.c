@@ -23,10 +23,11 @@ static void check_usage(FILE *f)
                "      --output=FMT     human (default) or json\n"
                "  -q, --quiet          print nothing, the exit status tells\n"
                "  -U, --force-share    accepted for compatibility\n"
+               "  -T CACHE             accepted for compatibility (the check reads metadata)\n"
                "  -h, --help           this help\n"
                "\n"
-               "Exit status: 0 no errors, 1 the check did not complete, 2 corruptions,\n"
-               "3 leaked clusters only, 63 the format has no check (raw).\n"
+               "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
+               "2 corruptions, 3 leaked clusters only, 63 the format has no check (raw).\n"
                "See diskimg-check(1).\n");
 }
 
@@ -35,10 +36,10 @@ static int check_status(const struct blk_check_result *res)
     if (res->check_errors) {
         return EXIT_ERROR;
     }
-    if (res->corruptions > res->corruptions_fixed) {
+    if (res->corruptions) {
         return EXIT_CHECK_CORRUPT;
     }
-    if (res->leaks > res->leaks_fixed) {
+    if (res->leaks) {
         return EXIT_CHECK_LEAKS;
     }
     return EXIT_OK;
@@ -46,8 +47,8 @@ static int check_status(const struct blk_check_result *res)
 
 static void check_print_human(const struct blk_check_result *res)
 {
-    uint64_t corrupt = res->corruptions - res->corruptions_fixed;
-    uint64_t leaks = res->leaks - res->leaks_fixed;
+    uint64_t corrupt = res->corruptions;
+    uint64_t leaks = res->leaks;
 
     if (!corrupt && !leaks && !res->check_errors) {
         printf("No errors were found on the image.\n");
@@ -124,6 +125,11 @@ static void check_print_json(const char *filename, const char *format,
     json_finish(&w);
 }
 
+static int check_usage_error(void)
+{
+    return EXIT_ERROR; /* 2 would read as "corruptions", as in qemu-img */
+}
+
 static int check_run(int argc, char **argv)
 {
     enum { OPT_OUTPUT = 256 };
@@ -158,12 +164,13 @@ static int check_run(int argc, char **argv)
             } else if (strcmp(optarg, "all") == 0) {
                 repair = BLK_REPAIR_ALL;
             } else {
-                return cmd_usage_error("check", "-r must be leaks or all, not '%s'", optarg);
+                cmd_usage_error("check", "-r must be leaks or all, not '%s'", optarg);
+                return check_usage_error();
             }
             break;
         case OPT_OUTPUT:
-            if ((r = cmd_parse_output("check", optarg, &json)) != 0) {
-                return r;
+            if (cmd_parse_output("check", optarg, &json) != 0) {
+                return check_usage_error();
             }
             break;
         case 'q':
@@ -173,13 +180,16 @@ static int check_run(int argc, char **argv)
         case 'T':
             break;
         case ':':
-            return cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
+            cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
+            return check_usage_error();
         default:
-            return cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);
+            cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);
+            return check_usage_error();
         }
     }
     if (optind + 1 != argc) {
-        return cmd_usage_error("check", "expected one FILE");
+        cmd_usage_error("check", "expected one FILE");
+        return check_usage_error();
     }
     o.filename = argv[optind];
     o.read_only = repair == BLK_REPAIR_NONE;
@@ -206,11 +216,11 @@ static int check_run(int argc, char **argv)
                    "Double checking the fixed image now...\n",
                    fixed.leaks_fixed, fixed.corruptions_fixed);
         }
+        /* What remains is what the second check finds; the first one's
+         * repairs are reported next to it, as qemu-img does. */
         r = blk_image_check(img, BLK_REPAIR_NONE, quiet ? NULL : stderr, &res);
         res.leaks_fixed = fixed.leaks_fixed;
         res.corruptions_fixed = fixed.corruptions_fixed;
-        res.leaks += res.leaks_fixed;
-        res.corruptions += res.corruptions_fixed;
     }
     if (r < 0) {
         cmd_print_error(r);

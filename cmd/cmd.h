@@ -42,6 +42,9 @@ void cmd_print_error(int r);
 
 /* --output=human|json; returns 0 or EXIT_USAGE after printing why. */
 int cmd_parse_output(const char *sub, const char *arg, bool *json);
+/* Append a repeated -o: "a=1" then "b=2" gives "a=1,b=2" (qemu-img merges
+ * them too).  *list is malloc'd (or NULL).  Returns false on no memory. */
+bool cmd_append_options(char **list, const char *more);
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);
 

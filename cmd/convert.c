@@ -115,6 +115,7 @@ struct convert_opts {
     struct blk_image_opts src, dst;
     struct blk_create_opts create;
     struct blk_copy_opts copy;
+    char *options; /* merged -o */
     bool create_target;
     bool quiet;
     struct progress progress;
@@ -154,7 +155,10 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             o->dst.format = optarg;
             break;
         case 'o':
-            o->create.options = optarg;
+            if (!cmd_append_options(&o->options, optarg)) {
+                return EXIT_ERROR;
+            }
+            o->create.options = o->options;
             break;
         case 'c':
             o->copy.compress = true;
@@ -260,6 +264,7 @@ static int convert_run(int argc, char **argv)
 
     r = convert_parse(&o, argc, argv);
     if (r) {
+        free(o.options);
         return r < 0 ? EXIT_OK : r;
     }
     struct sigaction sa = {.sa_handler = on_signal};
@@ -320,6 +325,7 @@ out:
         }
     }
     blk_image_close(src);
+    free(o.options);
     if (status != EXIT_OK && created) {
         unlink(o.create.filename); /* never leave a half-written image we made */
     }

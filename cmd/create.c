@@ -6,6 +6,7 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/cleanup.h"
 #include "common/util.h"
 
 static void create_usage(FILE *f)
@@ -37,6 +38,7 @@ static int create_run(int argc, char **argv)
     struct blk_create_opts o = {.format = "raw"};
     bool quiet = false, unsafe_backing = false;
     char *summary = NULL;
+    CLEANUP_FREE char *options = NULL;
     int c, r;
 
     opterr = 0;
@@ -49,7 +51,10 @@ static int create_run(int argc, char **argv)
             o.format = optarg;
             break;
         case 'o':
-            o.options = optarg;
+            if (!cmd_append_options(&options, optarg)) {
+                return EXIT_ERROR;
+            }
+            o.options = options;
             break;
         case 'b':
             o.backing_file = optarg;

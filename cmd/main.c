@@ -10,7 +10,8 @@
 #include "config.h"
 
 static const struct cmd *const commands[] = {
-    &cmd_serve, &cmd_create, &cmd_info, &cmd_check, &cmd_map, &cmd_resize, &cmd_convert, &cmd_compare, &cmd_bench,
+    &cmd_serve,  &cmd_create,  &cmd_info,    &cmd_check, &cmd_map,
+    &cmd_resize, &cmd_convert, &cmd_compare, &cmd_bench,
 };
 
 int cmd_usage_error(const char *sub, const char *fmt, ...)

@@ -134,7 +134,6 @@ static int map_run(int argc, char **argv)
     }
     uint64_t size = blk_image_size(img);
     uint64_t end = start < size ? start + MIN(max_len, size - start) : start;
-    unsigned bottom = blk_image_chain_length(img) - 1;
     if (!json) {
         printf("%-16s%-16s%-16s%s\n", "Offset", "Length", "Mapped to", "File");
     }
@@ -148,11 +147,11 @@ static int map_run(int argc, char **argv)
         struct map_entry e = {
             .start = pos,
             .length = ext.length,
-            .depth = ext.depth ? ext.depth - 1 : bottom,
-            .present = ext.depth != 0,
+            .depth = ext.layer,
+            .present = ext.flags & BLK_EXT_ALLOCATED,
             .zero = ext.flags & BLK_EXT_ZERO,
             .data = ext.flags & BLK_EXT_DATA,
-            .has_offset = (ext.flags & BLK_EXT_OFFSET) && ext.depth != 0,
+            .has_offset = ext.flags & BLK_EXT_OFFSET,
             .offset = ext.offset,
             .filename = ext.filename,
         };

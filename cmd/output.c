@@ -1,6 +1,7 @@
 /* cmd/output.c: printing helpers shared by the subcommands: --output
  * parsing, qemu-img's human sizes. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd.h"
@@ -15,6 +16,22 @@ int cmd_parse_output(const char *sub, const char *arg, bool *json)
         return cmd_usage_error(sub, "--output must be human or json, not '%s'", arg);
     }
     return 0;
+}
+
+bool cmd_append_options(char **list, const char *more)
+{
+    size_t old = *list ? strlen(*list) : 0, add = strlen(more);
+    char *p = realloc(*list, old + add + 2);
+
+    if (!p) {
+        return false;
+    }
+    if (old) {
+        p[old++] = ',';
+    }
+    memcpy(p + old, more, add + 1);
+    *list = p;
+    return true;
 }
 
 void cmd_size_str(uint64_t bytes, char *buf, size_t len)

@@ -52,6 +52,9 @@ static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
                         " is beyond the end of the file (%" PRId64 ")",
                         n->filename, opts->offset, opts->size, child_len);
     }
+    if (opts->snapshot) {
+        return err_setx(ENOTSUP, "%s: raw images have no internal snapshots (-l)", n->filename);
+    }
     s->offset = opts->offset;
     s->size = opts->size;
     s->size_set = opts->size_set;
@@ -169,6 +172,7 @@ struct raw_create {
     uint64_t size;
     bool size_set;
     enum raw_prealloc prealloc;
+    bool prealloc_given;
 };
 
 static int raw_create_opt(const char *key, const char *value, void *opaque)
@@ -179,11 +183,15 @@ static int raw_create_opt(const char *key, const char *value, void *opaque)
         return err_setx(EINVAL, "raw: option '%s' needs a value", key);
     }
     if (strcmp(key, "size") == 0) {
+        if (c->size_set) {
+            return err_setx(EINVAL, "raw: the size is given twice (-o size and SIZE)");
+        }
         if (parse_size(value, &c->size) < 0) {
             return err_setx(EINVAL, "raw: invalid size '%s'", value);
         }
         c->size_set = true;
     } else if (strcmp(key, "preallocation") == 0) {
+        c->prealloc_given = true;
         if (strcmp(value, "off") == 0) {
             c->prealloc = RAW_PREALLOC_OFF;
         } else if (strcmp(value, "falloc") == 0) {
@@ -214,6 +222,8 @@ static int raw_create(struct blk_node *file, const struct blk_create_opts *o, ch
     if (!c.size_set) {
         return err_setx(EINVAL, "raw: the image size is required");
     }
+    uint64_t asked = c.size;        /* printed as given, like qemu-img */
+    c.size = ROUND_UP(c.size, 512); /* as qemu-img create does */
     r = blk_truncate(file, c.size);
     if (r == 0 && c.prealloc == RAW_PREALLOC_FALLOC && c.size) {
         r = blk_pwrite_zeroes(file, 0, c.size, 0); /* allocates, reads as zeroes */
@@ -227,9 +237,9 @@ static int raw_create(struct blk_node *file, const struct blk_create_opts *o, ch
     if (r < 0) {
         return r;
     }
-    if (asprintf(summary, "fmt=raw size=%" PRIu64 "%s%s", c.size,
-                 c.prealloc ? " preallocation=" : "",
-                 c.prealloc ? prealloc_names[c.prealloc] : "") < 0) {
+    if (asprintf(summary, "fmt=raw size=%" PRIu64 "%s%s", asked,
+                 c.prealloc_given ? " preallocation=" : "",
+                 c.prealloc_given ? prealloc_names[c.prealloc] : "") < 0) {
         *summary = NULL;
     }
     return 0;

@@ -167,9 +167,11 @@ void nbd_server_conn_finished(struct nbd_server *srv, struct nbd_conn *c)
         }
     }
     srv->active--;
+    /* Wake the accept loop while srv is certainly alive: once the lock is
+     * released, the main thread may free it. */
+    nbd_wake(srv, WAKE_CONN_DONE);
     pthread_cond_broadcast(&srv->conn_done);
     pthread_mutex_unlock(&srv->lock);
-    nbd_wake(srv, WAKE_CONN_DONE);
 }
 
 static void nbd_accept_one(struct nbd_server *srv, int lfd)

@@ -51,7 +51,7 @@ struct nbd_req {
 
 static void *worker_buf(struct nbd_worker *w, size_t len)
 {
-    if (len > w->cap) {
+    if (len > w->cap || !w->buf) { /* a zero-length request needs a buffer too */
         void *p = NULL;
         size_t cap = ROUND_UP(MAX(len, (size_t)65536), 4096);
         if (posix_memalign(&p, 4096, cap) != 0) {

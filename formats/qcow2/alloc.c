@@ -24,10 +24,11 @@
 /* Most clusters one allocating write takes at once. */
 #define MAX_ALLOC_CLUSTERS 512
 
-static bool alloc_overlaps(const struct qcow2_state *s, uint64_t start, uint64_t end)
+/* Does an entry conflict with a new one of kind 'shared'? */
+static bool alloc_overlaps(const struct qcow2_state *s, uint64_t start, uint64_t end, bool shared)
 {
     for (const struct qcow2_alloc *a = s->allocs; a; a = a->next) {
-        if (a->guest_start < end && start < a->guest_end) {
+        if (a->guest_start < end && start < a->guest_end && !(shared && a->shared)) {
             return true;
         }
     }
@@ -35,10 +36,11 @@ static bool alloc_overlaps(const struct qcow2_state *s, uint64_t start, uint64_t
 }
 
 static void alloc_register(struct qcow2_state *s, struct qcow2_alloc *a, uint64_t start,
-                           uint64_t end)
+                           uint64_t end, bool shared)
 {
     a->guest_start = start;
     a->guest_end = end;
+    a->shared = shared;
     a->next = s->allocs;
     s->allocs = a;
 }
@@ -54,10 +56,10 @@ static void alloc_unregister(struct qcow2_state *s, struct qcow2_alloc *a)
     pthread_cond_broadcast(&s->alloc_done);
 }
 
-/* Wait (dropping the lock) until no in-flight allocation overlaps. */
-static void alloc_wait_locked(struct qcow2_state *s, uint64_t start, uint64_t end)
+/* Wait (dropping the lock) until no conflicting write is in flight. */
+static void alloc_wait_locked(struct qcow2_state *s, uint64_t start, uint64_t end, bool shared)
 {
-    while (alloc_overlaps(s, start, end)) {
+    while (alloc_overlaps(s, start, end, shared)) {
         pthread_cond_wait(&s->alloc_done, &s->lock);
     }
 }
@@ -78,10 +80,11 @@ static int cow_read(struct qcow2_state *s, uint64_t off, uint64_t len, void *buf
 
 /* Point the L2 entries of [c_start, c_start + n clusters) at host and
  * queue what they pointed at for freeing. */
-static int update_l2_locked(struct qcow2_state *s, uint64_t c_start, uint64_t n, uint64_t host)
+static int update_l2_locked(struct qcow2_state *s, uint64_t c_start, uint64_t n, uint64_t host,
+                            bool allocated)
 {
     uint64_t cs = s->cluster_size;
-    uint64_t bitmap_all = s->extended_l2 ? QCOW_ALLOC_MASK : 0;
+    uint64_t bitmap_all = s->extended_l2 && allocated ? QCOW_ALLOC_MASK : 0;
 
     for (uint64_t i = 0; i < n; i++) {
         uint64_t *slice, old_bitmap;
@@ -116,12 +119,12 @@ static int write_allocating_locked(struct qcow2_state *s, uint64_t guest, const 
     int r;
 
     end = MIN(end, c_end);
-    if (alloc_overlaps(s, c_start, c_end)) {
-        alloc_wait_locked(s, c_start, c_end);
+    if (alloc_overlaps(s, c_start, c_end, false)) {
+        alloc_wait_locked(s, c_start, c_end, false);
         *done = 0; /* the map may have changed: look again */
         return 0;
     }
-    alloc_register(s, &a, c_start, c_end);
+    alloc_register(s, &a, c_start, c_end, false);
     n = (c_end - c_start) / cs;
     fresh_from = s->file_end;
     r = qcow2_alloc_clusters_locked(s, n, &host);
@@ -173,7 +176,7 @@ static int write_allocating_locked(struct qcow2_state *s, uint64_t guest, const 
 
     pthread_mutex_lock(&s->lock);
     if (r == 0) {
-        r = update_l2_locked(s, c_start, n, host);
+        r = update_l2_locked(s, c_start, n, host, true);
     } else {
         /* Nothing points at the new clusters yet: give them back. */
         (void)qcow2_update_refcount_locked(s, host, n * cs, -1);
@@ -208,6 +211,14 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
             break;
         }
         if (m.type == QCOW2_NORMAL && m.copied) {
+            uint64_t cs = s->cluster_size;
+            uint64_t c_start = (off + pos) & ~(cs - 1), c_end = ROUND_UP(off + pos + m.bytes, cs);
+            if (alloc_overlaps(s, c_start, c_end, true)) {
+                /* A write that may move these clusters is in flight. */
+                alloc_wait_locked(s, c_start, c_end, true);
+                continue;
+            }
+            struct qcow2_alloc shared;
             struct iovec local[IOV_LOCAL];
             int k = iov_slice(iov, iovcnt, pos, m.bytes, local, IOV_LOCAL);
             if (qcow2_overlaps_metadata(s, m.host, m.bytes)) {
@@ -221,11 +232,13 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
                 r = err_setx(EINVAL, "qcow2: write with too many iovec elements");
                 break;
             }
+            alloc_register(s, &shared, c_start, c_end, true);
             unsigned e = qcow2_io_enter(s);
             pthread_mutex_unlock(&s->lock);
             r = blk_pwritev(s->file, m.host, local, k, 0);
             qcow2_io_leave(s, e);
             pthread_mutex_lock(&s->lock);
+            alloc_unregister(s, &shared);
             done = m.bytes;
         } else {
             r = write_allocating_locked(s, off + pos, iov, iovcnt, pos, MIN(len - pos, m.bytes),
@@ -372,8 +385,8 @@ static int zero_or_discard(struct qcow2_state *s, uint64_t off, uint64_t len, bo
         pthread_mutex_unlock(&s->lock);
         return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
     }
-    alloc_wait_locked(s, off & ~(cs - 1), ROUND_UP(off + len, cs));
-    alloc_register(s, &a, off & ~(cs - 1), ROUND_UP(off + len, cs));
+    alloc_wait_locked(s, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
+    alloc_register(s, &a, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
     r = zero_units_locked(s, off, len, unmap);
     alloc_unregister(s, &a);
     if (r == 0) {
@@ -415,7 +428,7 @@ int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len)
     return r == -ENOTSUP ? 0 : r;
 }
 
-int qcow2_preallocate(struct blk_node *n, bool falloc, bool full)
+int qcow2_preallocate(struct blk_node *n, bool falloc, bool full, bool keep_backing)
 {
     struct qcow2_state *s = n->opaque;
     uint64_t cs = s->cluster_size;
@@ -427,7 +440,9 @@ int qcow2_preallocate(struct blk_node *n, bool falloc, bool full)
         uint64_t count = MIN(total - c, (uint64_t)MAX_ALLOC_CLUSTERS), host;
         r = qcow2_alloc_clusters_locked(s, count, &host);
         if (r == 0) {
-            r = update_l2_locked(s, c * cs, count, host);
+            /* Over a backing file (extended L2 only) the subclusters stay
+             * unallocated, so reads still reach the backing data. */
+            r = update_l2_locked(s, c * cs, count, host, !keep_backing);
         }
         if (r == 0 && falloc) {
             /* ZERO_RANGE allocates extents that read as zeroes. */
@@ -526,8 +541,8 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, u
         pthread_mutex_unlock(&s->lock);
         return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
     }
-    alloc_wait_locked(s, off, off + cs);
-    alloc_register(s, &a, off, off + cs);
+    alloc_wait_locked(s, off, off + cs, false);
+    alloc_register(s, &a, off, off + cs, false);
     r = alloc_compressed_bytes_locked(s, clen, &host);
     pthread_mutex_unlock(&s->lock);
     if (r == 0) {

@@ -30,7 +30,20 @@ struct create_opts {
     int compression_type;
     const char *backing_file;
     const char *backing_format;
+    /* Values as the user spelled them, echoed in the summary as qemu-img
+     * does (NULL: not given). */
+    const char *compat_str, *prealloc_str, *extl2_str, *lazy_str;
+    char *owned[16]; /* copies of -o values, which live only during the walk */
+    unsigned n_owned;
 };
+
+static const char *keep(struct create_opts *c, const char *value)
+{
+    if (c->n_owned == sizeof c->owned / sizeof c->owned[0]) {
+        return NULL;
+    }
+    return c->owned[c->n_owned++] = strdup(value);
+}
 
 static int opt_bool(const char *key, const char *value, bool *out)
 {
@@ -44,10 +57,16 @@ static int create_opt(const char *key, const char *value, void *opaque)
 {
     struct create_opts *c = opaque;
 
+    if (!value && (strcmp(key, "lazy_refcounts") == 0 || strcmp(key, "extended_l2") == 0)) {
+        value = "on"; /* a bare boolean means on, as in qemu-img */
+    }
     if (!value) {
         return err_setx(EINVAL, "qcow2: option '%s' needs a value", key);
     }
     if (strcmp(key, "size") == 0) {
+        if (c->size_set) {
+            return err_setx(EINVAL, "qcow2: the size is given twice (-o size and SIZE)");
+        }
         if (parse_size(value, &c->size) < 0) {
             return err_setx(EINVAL, "qcow2: invalid size '%s'", value);
         }
@@ -61,14 +80,17 @@ static int create_opt(const char *key, const char *value, void *opaque)
             return err_setx(EINVAL, "qcow2: invalid compatibility level '%s' (0.10, 1.1)", value);
         }
         c->compat_set = true;
+        c->compat_str = keep(c, value);
     } else if (strcmp(key, "cluster_size") == 0) {
         if (parse_size(value, &c->cluster_size) < 0 || !IS_POW2(c->cluster_size) ||
             c->cluster_size < 512 || c->cluster_size > (2u << 20)) {
             return err_setx(EINVAL, "Cluster size must be a power of two between 512 and 2048k");
         }
     } else if (strcmp(key, "lazy_refcounts") == 0) {
+        c->lazy_str = keep(c, value);
         return opt_bool(key, value, &c->lazy_refcounts);
     } else if (strcmp(key, "extended_l2") == 0) {
+        c->extl2_str = keep(c, value);
         return opt_bool(key, value, &c->extended_l2);
     } else if (strcmp(key, "refcount_bits") == 0) {
         if (parse_uint(value, 1, 64, &c->refcount_bits) < 0 || !IS_POW2(c->refcount_bits)) {
@@ -87,6 +109,7 @@ static int create_opt(const char *key, const char *value, void *opaque)
                             value);
         }
         c->prealloc = (enum prealloc)i;
+        c->prealloc_str = keep(c, value);
     } else if (strcmp(key, "compression_type") == 0) {
         if (strcmp(value, "zlib") == 0) {
             c->compression_type = QCOW2_COMPRESSION_ZLIB;
@@ -100,9 +123,9 @@ static int create_opt(const char *key, const char *value, void *opaque)
             return err_setx(EINVAL, "qcow2: compression_type '%s' is not zlib or zstd", value);
         }
     } else if (strcmp(key, "backing_file") == 0) {
-        c->backing_file = value;
+        c->backing_file = keep(c, value);
     } else if (strcmp(key, "backing_fmt") == 0) {
-        c->backing_format = value;
+        c->backing_format = keep(c, value);
     } else if (strcmp(key, "encryption") == 0 || strncmp(key, "encrypt.", 8) == 0) {
         return err_setx(ENOTSUP, "qcow2: encryption is not supported");
     } else if (strcmp(key, "data_file") == 0 || strcmp(key, "data_file_raw") == 0) {
@@ -279,26 +302,22 @@ static int write_layout(struct blk_node *file, const struct create_opts *c)
     return r;
 }
 
-int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+static int create_image(struct blk_node *file, const struct blk_create_opts *o,
+                        struct create_opts c, char **summary)
 {
-    struct create_opts c = {
-        .size = o->size,
-        .size_set = o->size_set,
-        .version = 3,
-        .cluster_size = 65536,
-        .refcount_bits = 16,
-        .backing_file = o->backing_file,
-        .backing_format = o->backing_format,
-    };
     int r;
 
-    if (o->options && (r = kv_foreach(o->options, create_opt, &c)) != 0) {
-        return r;
-    }
     if (c.backing_format && !c.backing_file) {
         return err_setx(EINVAL, "qcow2: a backing format needs a backing file");
     }
     if (c.backing_file) {
+        const char *colon = strchr(c.backing_file, ':'), *slash = strchr(c.backing_file, '/');
+        if (colon && (!slash || colon < slash)) {
+            return err_setx(EINVAL,
+                            "qcow2: backing file '%s' looks like a protocol name, which "
+                            "would never be opened (write ./%s for a file)",
+                            c.backing_file, c.backing_file);
+        }
         if (strlen(c.backing_file) > QCOW2_MAX_BACKING_NAME) {
             return err_setx(EINVAL, "qcow2: backing file name longer than %d bytes",
                             QCOW2_MAX_BACKING_NAME);
@@ -313,6 +332,11 @@ int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **
     if (!c.size_set) {
         return err_setx(EINVAL, "qcow2: the image size is required (or a backing file)");
     }
+    if (c.prealloc != PREALLOC_OFF && c.backing_file && !c.extended_l2) {
+        /* Every cluster mapped would hide the backing file's data. */
+        return err_setx(EINVAL, "Backing file and preallocation can only be used at the same "
+                                "time if extended_l2 is on");
+    }
     uint64_t asked = c.size;
     c.size = ROUND_UP(c.size, 512); /* as qemu-img does (it prints the size asked for) */
     r = validate(&c);
@@ -324,7 +348,8 @@ int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **
         struct blk_open_opts oo = {.filename = file->filename, .no_backing = true};
         r = blk_open_stack(&img, &oo, "file", "qcow2");
         if (r == 0) {
-            r = qcow2_preallocate(img, c.prealloc >= PREALLOC_FALLOC, c.prealloc == PREALLOC_FULL);
+            r = qcow2_preallocate(img, c.prealloc >= PREALLOC_FALLOC, c.prealloc == PREALLOC_FULL,
+                                  c.backing_file != NULL);
             int r2 = blk_flush(img);
             blk_node_close(img);
             r = r ? r : r2;
@@ -341,12 +366,35 @@ int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **
     }
     if (asprintf(summary,
                  "fmt=qcow2 cluster_size=%" PRIu64 " extended_l2=%s%s%s compression_type=%s "
-                 "size=%" PRIu64 "%s%s lazy_refcounts=%s refcount_bits=%" PRIu64,
-                 c.cluster_size, c.extended_l2 ? "on" : "off", c.prealloc ? " preallocation=" : "",
-                 c.prealloc ? prealloc_names[c.prealloc] : "", c.compression_type ? "zstd" : "zlib",
-                 asked, backing, c.version == 2 ? " compat=0.10" : "",
-                 c.lazy_refcounts ? "on" : "off", c.refcount_bits) < 0) {
+                 "size=%" PRIu64 "%s%s%s lazy_refcounts=%s refcount_bits=%" PRIu64,
+                 c.cluster_size, c.extl2_str ? c.extl2_str : "off",
+                 c.prealloc_str ? " preallocation=" : "", c.prealloc_str ? c.prealloc_str : "",
+                 c.compression_type ? "zstd" : "zlib", asked, backing,
+                 c.compat_str ? " compat=" : "", c.compat_str ? c.compat_str : "",
+                 c.lazy_str ? c.lazy_str : "off", c.refcount_bits) < 0) {
         *summary = NULL;
     }
     return 0;
+}
+
+int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+{
+    struct create_opts c = {
+        .size = o->size,
+        .size_set = o->size_set,
+        .version = 3,
+        .cluster_size = 65536,
+        .refcount_bits = 16,
+        .backing_file = o->backing_file,
+        .backing_format = o->backing_format,
+    };
+    int r = o->options ? kv_foreach(o->options, create_opt, &c) : 0;
+
+    if (r == 0) {
+        r = create_image(file, o, c, summary);
+    }
+    for (unsigned i = 0; i < c.n_owned; i++) {
+        free(c.owned[i]);
+    }
+    return r;
 }

@@ -215,21 +215,22 @@ static int qcow2_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     ext->depth = 1;
     ext->filename = s->file->filename;
     switch (m.type) {
-    case QCOW2_NORMAL: {
-        /* Data, unless the host range is a hole in the file (then it
-         * reads as zeroes too, as qemu reports). */
-        struct blk_extent fext;
+    case QCOW2_NORMAL:
         ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
         ext->offset = m.host;
-        if (blk_block_status(s->file, m.host, m.bytes, &fext) == 0) {
-            ext->length = fext.length;
-            if (!(fext.flags & BLK_EXT_DATA)) {
-                ext->flags |= BLK_EXT_ZERO;
+        if (s->metadata_prealloc) {
+            /* Clusters mapped but never written read as zeroes: ask the
+             * file, as qemu does for metadata-preallocated images. */
+            struct blk_extent fext;
+            if (blk_block_status(s->file, m.host, m.bytes, &fext) == 0) {
+                ext->length = fext.length;
+                if (!(fext.flags & BLK_EXT_DATA)) {
+                    ext->flags |= BLK_EXT_ZERO;
+                }
             }
+            err_clear();
         }
-        err_clear();
         break;
-    }
     case QCOW2_ZERO_ALLOC:
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
         ext->offset = m.host;
@@ -242,20 +243,28 @@ static int qcow2_block_status(struct blk_node *n, uint64_t off, uint64_t len,
         break;
     case QCOW2_UNALLOCATED: {
         int64_t blen = s->backing ? blk_get_length(s->backing) : 0;
-        if (blen > 0 && (int64_t)off < blen) {
+        if (blen < 0) {
+            return (int)blen;
+        }
+        if (s->backing && (int64_t)off < blen) {
             r = blk_block_status(s->backing, off, MIN(m.bytes, (uint64_t)blen - off), ext);
             if (r < 0) {
                 return r;
             }
-            ext->flags &= ~(unsigned)BLK_EXT_ALLOCATED;
+            ext->layer++;
             ext->depth = ext->depth ? ext->depth + 1 : 0;
+            break;
+        }
+        /* Nothing beneath, or past the end of a short backing file: reads
+         * as zeroes, answered here; the zeroes past a backing file's end
+         * belong to that file for allocation depth. */
+        ext->flags = BLK_EXT_ZERO;
+        ext->depth = s->backing ? 2 : 0;
+        if (m.has_host) {
+            ext->flags |= BLK_EXT_OFFSET;
+            ext->offset = m.host;
         } else {
-            ext->flags = BLK_EXT_ZERO; /* nothing beneath: zeroes */
-            ext->depth = 0;
             ext->filename = NULL;
-            if (blen > 0 || s->backing) {
-                ext->length = m.bytes;
-            }
         }
         break;
     }
@@ -360,6 +369,9 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     }
     if (len > INT64_MAX / 2) {
         return err_setx(EFBIG, "qcow2: size %" PRIu64 " is too large", len);
+    }
+    if (len % 512) {
+        return err_setx(EINVAL, "qcow2: the new size must be a multiple of 512");
     }
     if (s->hdr.version < 3 && s->n_snapshots) {
         return err_setx(ENOTSUP, "qcow2: cannot resize a version 2 image that has snapshots");
@@ -578,6 +590,21 @@ static int open_read_write(struct qcow2_state *s, bool for_check)
     return 0;
 }
 
+/* An image made with preallocation=metadata maps far more clusters than
+ * the file occupies (qemu's heuristic): its block status must ask the file
+ * which mapped clusters are still holes. */
+static bool detect_metadata_prealloc(struct qcow2_state *s)
+{
+    int64_t real = s->file->drv->allocated_size ? s->file->drv->allocated_size(s->file) : -1;
+
+    if (real < 0) {
+        return false;
+    }
+    uint64_t real_clusters = (uint64_t)real >> s->cluster_bits;
+    uint64_t threshold = MAX(real_clusters * 10 / 9, real_clusters + 2);
+    return (s->file_end >> s->cluster_bits) >= threshold;
+}
+
 static void qcow2_free_state(struct qcow2_state *s)
 {
     blk_node_close(s->backing);
@@ -654,6 +681,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         goto fail;
     }
+    s->metadata_prealloc = detect_metadata_prealloc(s);
     n->supported_write_flags = 0; /* FUA: write, then flush of this node */
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
     n->zero_alignment = s->extended_l2 ? 1u << s->subcluster_bits : (uint32_t)s->cluster_size;

@@ -59,13 +59,19 @@ struct qcow2_map {
     uint64_t bytes;    /* length of the run from the guest offset */
     uint64_t host;     /* NORMAL/ZERO_ALLOC: host offset of the guest offset */
     bool copied;       /* NORMAL: refcount is 1, overwrite in place */
+    bool has_host; /* UNALLOCATED subclusters of an allocated cluster: host is set */
     uint64_t l2_entry; /* COMPRESSED: the descriptor */
 };
 
-/* An allocating write in flight: other writes to these guest clusters
- * wait for it, so one cluster is never allocated twice. */
+/* A write in flight on guest clusters.  Exclusive entries (allocating
+ * writes, zeroing, discard: they change L2 entries and may move a cluster)
+ * conflict with every other entry; shared entries (writes in place into a
+ * cluster that stays where it is) conflict only with exclusive ones.  So a
+ * cluster is never allocated twice, and an in-place write never lands in
+ * a host cluster that an allocating write is copying away. */
 struct qcow2_alloc {
     uint64_t guest_start, guest_end; /* cluster-aligned */
+    bool shared;
     struct qcow2_alloc *next;
 };
 
@@ -110,6 +116,7 @@ struct qcow2_state {
     bool lazy_refcounts;
     bool dirty_marked; /* we set the dirty bit for lazy refcounts */
     bool corrupt;      /* detected at run time: stop writing */
+    bool metadata_prealloc; /* made with preallocation=metadata (see qcow2.c) */
 
     pthread_mutex_t lock;
     pthread_cond_t alloc_done;
@@ -230,7 +237,7 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, u
 /* Map every cluster of the image to a host cluster (create -o
  * preallocation): metadata only, or also fallocate the data (falloc), or
  * write zeroes to it (full). */
-int qcow2_preallocate(struct blk_node *n, bool falloc, bool full);
+int qcow2_preallocate(struct blk_node *n, bool falloc, bool full, bool keep_backing);
 
 /* create.c */
 int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
