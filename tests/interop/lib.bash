@@ -1,6 +1,8 @@
 # tests/interop/lib.bash: helpers shared by the interop suites, loaded
 # after ../helpers (load '../helpers'; load 'lib').
 
+bats_require_minimum_version 1.5.0
+
 # nbdsh is "python3 -m nbd": the python3 found first on PATH must be the
 # one with libnbd's module (see PYTHON3 in helpers.bash), so put its
 # directory first.  Being a function, this also fixes nbdsh_run.
@@ -44,11 +46,20 @@ bytes_at() {
     od -An -v -tx1 -j "$2" -N "$3" "$1" | tr -d ' \n'
 }
 
-# repeat_hex BYTE COUNT: what bytes_at prints for COUNT bytes of BYTE (hex, 2 digits).
-repeat_hex() {
-    local i out=
-    for ((i = 0; i < $2; i++)); do out+=$1; done
-    printf '%s' "$out"
+# range_is FILE OFFSET COUNT BYTE: the COUNT bytes at OFFSET are all BYTE
+# (two hex digits).  Prints where it differs when not.
+range_is() {
+    "$PYTHON3" -c 'import sys
+path, off, n, byte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4], 16)
+with open(path, "rb") as f:
+    f.seek(off)
+    d = f.read(n)
+want = bytes([byte]) * n
+if d != want:
+    i = next((i for i in range(min(len(d), n)) if d[i] != byte), len(d))
+    print("%s: byte %d is not %02x (%d of %d bytes read)" % (path, off + i, byte, len(d), n),
+          file=sys.stderr)
+    sys.exit(1)' "$@"
 }
 
 # wait_until TIMEOUT_S CMD...: poll CMD until it succeeds (10 ms steps).
@@ -63,7 +74,11 @@ wait_until() {
 }
 
 server_alive() { [[ -n "${SERVER_PID:-}" ]] && kill -0 "$SERVER_PID" 2>/dev/null; }
-server_gone() { ! kill -0 "$1" 2>/dev/null; }
+# server_gone PID: the process has exited (a zombie waiting to be reaped
+# by someone else, e.g. a --fork daemon's, counts as gone).
+server_gone() {
+    ! kill -0 "$1" 2>/dev/null || [[ $(ps -o stat= -p "$1" 2>/dev/null) == Z* ]]
+}
 
 # A free TCP port on 127.0.0.1 (and ::1): a random high one that nobody
 # listens on yet.  start_server_tcp retries if it is taken meanwhile.
@@ -116,5 +131,99 @@ wait_tcp_listen() {
         tcp_port_listening "$1" && return 0
         sleep 0.02
     done
+    return 1
+}
+
+# start_extra_server SOCKET [serve options...] IMAGE: a second server,
+# on its own unix socket; its PID goes to EXTRA_PIDS, which
+# kill_extra_servers (call it from teardown) stops by PID.
+EXTRA_PIDS=()
+start_extra_server() {
+    local sock=$1 pid
+    shift
+    "$DISKIMG" serve -k "$sock" "$@" 2>>"$SERVER_LOG" &
+    pid=$!
+    EXTRA_PIDS+=("$pid")
+    LAST_EXTRA_PID=$pid
+    wait_until 10 unix_listening "$sock"
+}
+
+kill_extra_servers() {
+    local pid
+    for pid in "${EXTRA_PIDS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    EXTRA_PIDS=()
+}
+
+# wait_exit PID [TIMEOUT_S]: wait (bounded) for a child to exit; sets
+# EXIT_STATUS.  Fails if it is still running after the timeout.
+wait_exit() {
+    local pid=$1 limit=$((${2:-20} * 50)) i
+    for ((i = 0; i < limit; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            EXIT_STATUS=0
+            wait "$pid" 2>/dev/null || EXIT_STATUS=$?
+            return 0
+        fi
+        # A zombie still answers kill -0: reap it if it has exited.
+        if [[ $(ps -o stat= -p "$pid" 2>/dev/null) == Z* ]]; then
+            EXIT_STATUS=0
+            wait "$pid" 2>/dev/null || EXIT_STATUS=$?
+            return 0
+        fi
+        sleep 0.02
+    done
+    echo "process $pid did not exit" >&2
+    return 1
+}
+
+# stop_server [SIGNAL]: as in helpers.bash (signal the server we started,
+# reap it, set SERVER_STATUS), but bounded: a server that does not exit
+# within 30 s fails the test (and is killed) instead of hanging the suite.
+stop_server() {
+    local sig=${1:-TERM}
+    SERVER_STATUS=0
+    [[ -n "${SERVER_PID:-}" ]] || return 0
+    kill "-$sig" "$SERVER_PID" 2>/dev/null || true
+    if ! wait_exit "$SERVER_PID" 30; then
+        echo "server $SERVER_PID did not exit within 30 s of SIG$sig; killing it" >&2
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=
+        SERVER_STATUS=255
+        return 1
+    fi
+    SERVER_STATUS=$EXIT_STATUS
+    SERVER_PID=
+}
+
+# unix_listening PATH: a socket bound to PATH is listening (flag
+# __SO_ACCEPTCON in /proc/net/unix).  Unlike [[ -S PATH ]] this is not
+# true between the server's bind() and listen(), when a client would be
+# refused.
+unix_listening() {
+    awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
+}
+
+# wait_for_server: as in helpers.bash, but waits for a listening socket
+# (see unix_listening), for up to 10 s (sanitizer builds start slowly).
+wait_for_server() {
+    local i
+    for ((i = 0; i < 500; i++)); do
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            echo "server exited early:" >&2
+            cat "$SERVER_LOG" >&2
+            return 1
+        fi
+        if [[ -n "${WAIT_PORT:-}" ]]; then
+            tcp_port_listening "$WAIT_PORT" && return 0
+        elif unix_listening "$SOCK"; then
+            return 0
+        fi
+        sleep 0.02
+    done
+    echo "server did not start listening" >&2
     return 1
 }
