@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "nbd/protocol.h"
 #include "nbd/server.h"
+#include "nbd/tls.h"
 
 #define SERVE_DEFAULT_WORKERS 16
 #define SERVE_DEFAULT_HANDSHAKE_LIMIT 10
@@ -33,63 +34,74 @@ struct serve_opts {
     const char *pid_file;
     bool image_opts;
     bool fork;
+    struct nbd_tls_config tls;
+    const char *tls_mode; /* NULL: require when credentials are given */
 };
 
 static void serve_usage(FILE *f)
 {
-    fprintf(
-        f,
-        "Usage: diskimg serve [OPTIONS] IMAGE\n"
-        "\n"
-        "Export IMAGE (raw or qcow2) over NBD until interrupted.  Without -t the server exits\n"
-        "when the last client disconnects, as qemu-nbd does.\n"
-        "\n"
-        "Where to listen:\n"
-        "  -k, --socket=PATH        unix socket PATH (instead of TCP)\n"
-        "  -b, --bind=ADDR          TCP address to listen on (default: all)\n"
-        "  -p, --port=PORT          TCP port (default %d)\n"
-        "\n"
-        "What to export:\n"
-        "  -f, --format=FMT         image format: raw or qcow2 (default: probe)\n"
-        "  -x, --export-name=NAME   export name (default \"\")\n"
-        "  -D, --description=TEXT   export description\n"
-        "  -r, --read-only          export read-only\n"
-        "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
-        "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
-        "                           image, at most 32M); refcount cache is a quarter of it\n"
-        "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
-        "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
-        "      --image-opts         IMAGE is driver=raw|qcow2,file.filename=PATH[,offset=N]\n"
-        "                           [,size=N][,cache.direct=on|off][,cache.no-flush=on|off]\n"
-        "                           [,aio=ENGINE][,l2-cache-size=SIZE][,read-only=on|off]\n"
-        "\n"
-        "Caching and I/O:\n"
-        "      --cache=MODE         writeback (default), none, writethrough, directsync,\n"
-        "                           unsafe: same meaning as qemu's cache=\n"
-        "  -n, --nocache            same as --cache=none\n"
-        "      --aio=ENGINE         threads (default) or io_uring\n"
-        "      --discard=MODE       unmap (default: TRIM frees space) or ignore\n"
-        "      --detect-zeroes=MODE off (default), on, unmap\n"
-        "\n"
-        "Clients and process:\n"
-        "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
-        "  -t, --persistent         keep serving after the last client disconnects\n"
-        "      --threads=N          requests in flight per connection (default %d)\n"
-        "      --handshake-limit=S  drop clients that have not finished the handshake\n"
-        "                           in S seconds, 0 = never (default %d)\n"
-        "      --fork               run in the background once the socket is ready\n"
-        "      --pid-file=PATH      write the server's process id to PATH\n"
-        "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
-        "  -v, --verbose            log more (repeat for more)\n"
-        "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
-        "  -h, --help               this help\n"
-        "  -V, --version            the version\n"
-        "\n"
-        "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
-        "stop accepting clients, finish requests in flight, flush and exit 0.\n"
-        "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
-        "See diskimg-serve(1).\n",
-        NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
+    fprintf(f,
+            "Usage: diskimg serve [OPTIONS] IMAGE\n"
+            "\n"
+            "Export IMAGE (raw or qcow2) over NBD until interrupted.  Without -t the server exits\n"
+            "when the last client disconnects, as qemu-nbd does.\n"
+            "\n"
+            "Where to listen:\n"
+            "  -k, --socket=PATH        unix socket PATH (instead of TCP)\n"
+            "  -b, --bind=ADDR          TCP address to listen on (default: all)\n"
+            "  -p, --port=PORT          TCP port (default %d)\n"
+            "\n"
+            "What to export:\n"
+            "  -f, --format=FMT         image format: raw or qcow2 (default: probe)\n"
+            "  -x, --export-name=NAME   export name (default \"\")\n"
+            "  -D, --description=TEXT   export description\n"
+            "  -r, --read-only          export read-only\n"
+            "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
+            "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
+            "                           image, at most 32M); refcount cache is a quarter of it\n"
+            "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
+            "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
+            "      --image-opts         IMAGE is driver=raw|qcow2,file.filename=PATH[,offset=N]\n"
+            "                           [,size=N][,cache.direct=on|off][,cache.no-flush=on|off]\n"
+            "                           [,aio=ENGINE][,l2-cache-size=SIZE][,read-only=on|off]\n"
+            "\n"
+            "Caching and I/O:\n"
+            "      --cache=MODE         writeback (default), none, writethrough, directsync,\n"
+            "                           unsafe: same meaning as qemu's cache=\n"
+            "  -n, --nocache            same as --cache=none\n"
+            "      --aio=ENGINE         threads (default) or io_uring\n"
+            "      --discard=MODE       unmap (default: TRIM frees space) or ignore\n"
+            "      --detect-zeroes=MODE off (default), on, unmap\n"
+            "\n"
+            "Clients and process:\n"
+            "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
+            "  -t, --persistent         keep serving after the last client disconnects\n"
+            "      --threads=N          requests in flight per connection (default %d)\n"
+            "      --handshake-limit=S  drop clients that have not finished the handshake\n"
+            "                           in S seconds, 0 = never (default %d)\n"
+            "      --fork               run in the background once the socket is ready\n"
+            "      --pid-file=PATH      write the server's process id to PATH\n"
+            "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
+            "  -v, --verbose            log more (repeat for more)\n"
+            "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
+            "\n"
+            "TLS (GnuTLS):\n"
+            "      --tls-creds=DIR      X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem\n"
+            "      --tls-psk=FILE       pre-shared keys, psktool format (identity:hexkey)\n"
+            "      --tls=MODE           off, on (clients choose) or require (default with\n"
+            "                           credentials: nothing but STARTTLS before TLS)\n"
+            "      --tls-verify-peer    require a client certificate signed by the CA\n"
+            "      --tls-authz=FILE     allow only these client DNs or PSK identities\n"
+            "      --tls-priority=STR   GnuTLS priority string (default: TLS 1.2 and newer)\n"
+            "\n"
+            "  -h, --help               this help\n"
+            "  -V, --version            the version\n"
+            "\n"
+            "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
+            "stop accepting clients, finish requests in flight, flush and exit 0.\n"
+            "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
+            "See diskimg-serve(1).\n",
+            NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
 }
 
 /* Apply one key=value of --image-opts. */
@@ -182,6 +194,12 @@ enum {
     OPT_STATS,
     OPT_DEBUG,
     OPT_L2_CACHE,
+    OPT_TLS,
+    OPT_TLS_CREDS,
+    OPT_TLS_PSK,
+    OPT_TLS_VERIFY_PEER,
+    OPT_TLS_AUTHZ,
+    OPT_TLS_PRIORITY,
 };
 
 static const struct option serve_long_opts[] = {
@@ -213,6 +231,13 @@ static const struct option serve_long_opts[] = {
     {"stats", required_argument, NULL, OPT_STATS},
     {"verbose", no_argument, NULL, 'v'},
     {"debug", required_argument, NULL, OPT_DEBUG},
+    {"tls", required_argument, NULL, OPT_TLS},
+    {"tls-creds", required_argument, NULL, OPT_TLS_CREDS},
+    {"tls-certificates", required_argument, NULL, OPT_TLS_CREDS}, /* nbdkit's spelling */
+    {"tls-psk", required_argument, NULL, OPT_TLS_PSK},
+    {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY_PEER},
+    {"tls-authz", required_argument, NULL, OPT_TLS_AUTHZ},
+    {"tls-priority", required_argument, NULL, OPT_TLS_PRIORITY},
     {NULL, 0, NULL, 0},
 };
 
@@ -345,6 +370,27 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
         case 'v':
             log_verbosity++;
             break;
+        case OPT_TLS:
+            if (strcmp(optarg, "off") && strcmp(optarg, "on") && strcmp(optarg, "require")) {
+                return cmd_usage_error("serve", "--tls takes off, on or require");
+            }
+            o->tls_mode = optarg;
+            break;
+        case OPT_TLS_CREDS:
+            o->tls.creds_dir = optarg;
+            break;
+        case OPT_TLS_PSK:
+            o->tls.psk_file = optarg;
+            break;
+        case OPT_TLS_VERIFY_PEER:
+            o->tls.verify_peer = true;
+            break;
+        case OPT_TLS_AUTHZ:
+            o->tls.authz_file = optarg;
+            break;
+        case OPT_TLS_PRIORITY:
+            o->tls.priority = optarg;
+            break;
         case OPT_DEBUG:
             if (debug_flag_set(optarg) < 0) {
                 return cmd_usage_error("serve", "unknown debug flag '%s'", optarg);
@@ -373,6 +419,17 @@ static int serve_parse(struct serve_opts *o, int argc, char **argv)
     if (o->img.detect_zeroes == BLK_DETECT_ZEROES_UNMAP && o->img.discard != BLK_DISCARD_UNMAP) {
         return cmd_usage_error("serve", "--detect-zeroes=unmap requires --discard=unmap");
     }
+    bool creds = o->tls.creds_dir || o->tls.psk_file;
+    if (o->tls_mode && strcmp(o->tls_mode, "off") != 0 && !creds) {
+        return cmd_usage_error("serve", "--tls=%s needs --tls-creds=DIR or --tls-psk=FILE",
+                               o->tls_mode);
+    }
+    if ((o->tls.verify_peer || o->tls.authz_file || o->tls.priority) && !creds) {
+        return cmd_usage_error("serve", "TLS options need --tls-creds=DIR or --tls-psk=FILE");
+    }
+    o->srv.tls_mode = !creds || (o->tls_mode && strcmp(o->tls_mode, "off") == 0) ? NBD_TLS_OFF
+                      : o->tls_mode && strcmp(o->tls_mode, "on") == 0            ? NBD_TLS_ON
+                                                                                 : NBD_TLS_REQUIRE;
     if (!blk_aio_available(o->img.aio)) {
         return cmd_usage_error("serve", "--aio=%s: not built into this diskimg",
                                blk_aio_name(o->img.aio));
@@ -485,6 +542,7 @@ static int serve_run(int argc, char **argv)
     };
     struct blk_image *img = NULL;
     struct nbd_server *srv = NULL;
+    struct nbd_tls *tls = NULL;
     int ready_fd = -1, r, status = EXIT_ERROR;
 
     r = serve_parse(&o, argc, argv);
@@ -493,6 +551,13 @@ static int serve_run(int argc, char **argv)
     }
     if (o.fork) {
         ready_fd = serve_fork();
+    }
+    if (o.srv.tls_mode != NBD_TLS_OFF) {
+        r = nbd_tls_new(&tls, &o.tls, true);
+        if (r < 0) {
+            goto out;
+        }
+        o.srv.tls = tls;
     }
     r = blk_image_open(&img, &o.img);
     if (r < 0) {
@@ -534,6 +599,7 @@ out:
         cmd_print_error(r);
         status = EXIT_ERROR;
     }
+    nbd_tls_free(tls);
     if (o.pid_file && status == EXIT_OK) {
         unlink(o.pid_file);
     }

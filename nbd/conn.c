@@ -13,6 +13,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "internal.h"
+#include "tls.h"
 
 /* Wait until fd is readable or the handshake deadline passes. */
 static int nbd_conn_wait_readable(struct nbd_conn *c)
@@ -40,9 +41,14 @@ static int nbd_conn_wait_readable(struct nbd_conn *c)
 static ssize_t nbd_conn_recv_some(struct nbd_conn *c, void *buf, size_t len)
 {
     for (;;) {
-        int r = nbd_conn_wait_readable(c);
+        /* Bytes GnuTLS already decrypted are invisible to poll(). */
+        int r = c->tls && nbd_tls_pending(c->tls) ? 0 : nbd_conn_wait_readable(c);
         if (r < 0) {
             return r;
+        }
+        if (c->tls) {
+            ssize_t n = nbd_tls_recv(c->tls, buf, len);
+            return n == 0 ? -ECONNRESET : n;
         }
         ssize_t n = recv(c->fd, buf, len, 0);
         if (n > 0) {
@@ -107,6 +113,9 @@ int nbd_conn_discard(struct nbd_conn *c, uint64_t len)
 
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
 {
+    if (c->tls) {
+        return nbd_tls_send(c->tls, iov, iovcnt);
+    }
     while (iovcnt > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);

@@ -17,9 +17,11 @@
 
 #include "block/block.h"
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "handshake.h"
 #include "names.h"
+#include "tls.h"
 
 struct nbd_export *nbd_find_export(struct nbd_server *srv, const char *name)
 {
@@ -241,10 +243,61 @@ static int nbd_opt_list(struct nbd_conn *c, uint32_t len)
     return nbd_opt_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
 }
 
+/* NBD_OPT_STARTTLS: upgrade, then forget everything negotiated in the
+ * clear (structured replies, metadata contexts), as the spec requires. */
+static int nbd_opt_starttls(struct nbd_conn *c, uint32_t len)
+{
+    struct nbd_server *srv = c->srv;
+    int r;
+
+    if (!srv->cfg.tls || srv->cfg.tls_mode == NBD_TLS_OFF) {
+        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY,
+                                 "TLS is not enabled on this server");
+    }
+    if (c->tls) {
+        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already active");
+    }
+    if (len != 0) {
+        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+                                 "NBD_OPT_STARTTLS takes no data");
+    }
+    if (c->rpos < c->rlen) {
+        /* Bytes sent after STARTTLS before our answer: not a TLS client. */
+        log_info("data after NBD_OPT_STARTTLS before the reply, dropping the client");
+        return -EPROTO;
+    }
+    r = nbd_opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+    if (r < 0) {
+        return r;
+    }
+    r = nbd_tls_handshake(srv->cfg.tls, c->fd, c->deadline_ns, &c->tls, c->tls_peer,
+                          sizeof c->tls_peer);
+    if (r < 0) {
+        log_info("%s", err_msg());
+        return r;
+    }
+    c->structured = false;
+    memset(c->meta_selected, 0, sizeof c->meta_selected);
+    free(c->meta_export);
+    c->meta_export = NULL;
+    log_info("TLS established%s%s", c->tls_peer[0] ? " with " : "", c->tls_peer);
+    return 0;
+}
+
 /* One option.  Returns 1 when the client entered transmission, 0 to keep
  * haggling, <0 to drop the connection. */
 static int nbd_handle_option(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len)
 {
+    if (c->srv->cfg.tls_mode == NBD_TLS_REQUIRE && !c->tls && opt != NBD_OPT_STARTTLS &&
+        opt != NBD_OPT_ABORT) {
+        /* Nothing about the exports leaks before TLS; EXPORT_NAME has no
+         * error reply, so it ends the connection. */
+        if (opt == NBD_OPT_EXPORT_NAME) {
+            log_info("NBD_OPT_EXPORT_NAME before TLS, dropping the client");
+            return -EACCES;
+        }
+        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required (STARTTLS)");
+    }
     switch (opt) {
     case NBD_OPT_EXPORT_NAME:
         return nbd_opt_export_name(c, data, len);
@@ -267,7 +320,7 @@ static int nbd_handle_option(struct nbd_conn *c, uint32_t opt, const char *data,
     case NBD_OPT_SET_META_CONTEXT:
         return nbd_opt_meta_context(c, opt, data, len);
     case NBD_OPT_STARTTLS:
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_POLICY, "TLS is not enabled on this server");
+        return nbd_opt_starttls(c, len);
     default:
         return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNSUP,
                                  "option %" PRIu32 " (%s) is not supported", opt,

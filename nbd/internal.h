@@ -15,6 +15,7 @@
 #include "server.h"
 
 struct blk_image;
+struct nbd_tls_session;
 
 #define NBD_MAX_LISTENERS 16
 #define NBD_MAX_OPTION_LEN (64u << 10) /* larger option payloads end the connection */
@@ -84,6 +85,9 @@ struct nbd_conn {
     uint64_t deadline_ns; /* handshake deadline, 0 = none */
 
     pthread_mutex_t write_lock;
+
+    struct nbd_tls_session *tls; /* after STARTTLS: all I/O goes through it */
+    char tls_peer[256];          /* client DN or PSK identity */
 
     /* Negotiated during the handshake, read-only afterwards. */
     struct nbd_export *exp;

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "internal.h"
+#include "tls.h"
 
 #define WAKE_SHUTDOWN 'q'
 #define WAKE_STATS 's'
@@ -116,6 +117,7 @@ static void nbd_describe_peer(int fd, char *buf, size_t len)
 
 static void nbd_conn_free(struct nbd_conn *c)
 {
+    nbd_tls_session_close(c->tls);
     close(c->fd);
     pthread_mutex_destroy(&c->read_lock);
     pthread_mutex_destroy(&c->write_lock);

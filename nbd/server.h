@@ -9,6 +9,11 @@
 
 struct blk_image;
 struct nbd_server;
+struct nbd_tls;
+
+/* TLS policy, as nbdkit spells it: off (no STARTTLS), on (clients may
+ * upgrade), require (nothing but STARTTLS and ABORT before TLS). */
+enum nbd_tls_mode { NBD_TLS_OFF, NBD_TLS_ON, NBD_TLS_REQUIRE };
 
 struct nbd_server_config {
     unsigned workers_per_conn;  /* requests in flight per connection (default 16) */
@@ -16,6 +21,8 @@ struct nbd_server_config {
     bool persistent;            /* -t: keep serving after the last client leaves */
     unsigned handshake_limit_s; /* 0 = no limit (default 10) */
     const char *stats_file;     /* --stats: JSON written on SIGUSR1 and at exit */
+    struct nbd_tls *tls;        /* credentials, NULL without TLS (not owned) */
+    enum nbd_tls_mode tls_mode;
 };
 
 int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg);

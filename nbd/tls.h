@@ -1,0 +1,44 @@
+/* nbd/tls.h: TLS for NBD with GnuTLS, X.509 or PSK, server and client.
+ * Credentials are loaded and checked once (missing or unreadable files,
+ * private keys readable by others, expired certificates are refused with
+ * a clear message); each connection gets a session after NBD_OPT_STARTTLS.
+ * A session's recv and send may run at the same time from two threads, as
+ * GnuTLS allows for the record layer. */
+#ifndef DISKIMG_NBD_TLS_H
+#define DISKIMG_NBD_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct nbd_tls_config {
+    const char *creds_dir;    /* X.509: ca-cert.pem, server-cert.pem/key (or client-*) */
+    const char *psk_file;     /* psktool format: identity:hexkey per line */
+    const char *psk_identity; /* client: which identity (default: the first) */
+    const char *priority;     /* GnuTLS priority string (NULL: our default) */
+    bool verify_peer;         /* server: require a client certificate from the CA */
+    const char *authz_file;   /* server: allowed client DNs or PSK identities, one per line */
+    const char *hostname;     /* client: name the server certificate must carry (NULL: CA only) */
+};
+
+struct nbd_tls;
+struct nbd_tls_session;
+
+int nbd_tls_new(struct nbd_tls **out, const struct nbd_tls_config *c, bool server);
+void nbd_tls_free(struct nbd_tls *t);
+bool nbd_tls_available(void);
+
+/* Handshake on fd; deadline 0 = none.  *peer gets the client's DN or PSK
+ * identity (server side), for logs and authorization. */
+int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nbd_tls_session **out,
+                      char *peer, size_t peer_len);
+ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len);
+/* Sends all of iov (one or more records); 0 or -errno. */
+int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt);
+/* Decrypted bytes already buffered (poll() would not see them). */
+bool nbd_tls_pending(struct nbd_tls_session *s);
+void nbd_tls_session_close(struct nbd_tls_session *s);
+
+#endif
