@@ -42,7 +42,7 @@ enum blk_extent_flags {
 struct blk_extent {
     uint64_t length;
     unsigned flags;
-    uint64_t offset;      /* with BLK_EXT_OFFSET */
+    uint64_t offset; /* with BLK_EXT_OFFSET */
     /* Two views of the backing chain, as qemu has them:
      * layer: the image (0 = this one, 1 = its backing file, ...) whose
      *   status answered, as qemu-img map reports "depth";
@@ -96,6 +96,10 @@ struct blk_image_opts {
     bool no_backing;         /* metadata only: leave the backing file closed */
     bool for_check;          /* for check: report (do not repair) a dirty image, and allow
                                 repairing one marked corrupt */
+    /* nbds:// credentials (--tls-creds, --tls-psk, --tls-username) */
+    const char *tls_creds;
+    const char *tls_psk;
+    const char *tls_username;
 };
 
 struct blk_image;

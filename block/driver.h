@@ -36,11 +36,15 @@ struct blk_open_opts {
     bool size_set;
     bool probed; /* the format was guessed, not named (-f) */
     /* qcow2 */
-    const char *snapshot;          /* open this internal snapshot, read-only */
-    uint64_t l2_cache_bytes;       /* 0 = default */
-    bool no_backing;               /* do not open the backing file (info) */
-    bool no_flush;                 /* cache=unsafe: protocol flushes are no-ops */
-    bool for_check;                /* opened by check: no automatic repair */
+    const char *snapshot;    /* open this internal snapshot, read-only */
+    uint64_t l2_cache_bytes; /* 0 = default */
+    bool no_backing;         /* do not open the backing file (info) */
+    bool no_flush;           /* cache=unsafe: protocol flushes are no-ops */
+    bool for_check;          /* opened by check: no automatic repair */
+    /* nbd: TLS credentials for nbds:// (the URI's own parameters win) */
+    const char *tls_creds;
+    const char *tls_psk;
+    const char *tls_username;
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
 };

@@ -42,6 +42,9 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .no_backing = opts->no_backing,
         .no_flush = opts->cache == BLK_CACHE_UNSAFE,
         .for_check = opts->for_check,
+        .tls_creds = opts->tls_creds,
+        .tls_psk = opts->tls_psk,
+        .tls_username = opts->tls_username,
     };
     struct blk_node *root = NULL;
     struct blk_image *img;

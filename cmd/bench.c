@@ -37,7 +37,7 @@ static void bench_usage(FILE *f)
                "      --pattern=P    seq (default) or rand: request offsets\n"
                "  -t CACHE           cache mode for a local image (default writeback)\n"
                "      --aio=ENGINE   threads (default) or io_uring, for a local image\n"
-               "      --output=FMT   human (default) or json\n"
+               "      --output=FMT   human (default) or json\n" CMD_TLS_HELP
                "  -h, --help         this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-bench(1).\n");
@@ -122,6 +122,7 @@ static int bench_run(int argc, char **argv)
         {"pattern", required_argument, NULL, OPT_PATTERN},
         {"aio", required_argument, NULL, OPT_AIO},
         {"output", required_argument, NULL, OPT_OUTPUT},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP};
@@ -197,6 +198,9 @@ static int bench_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(c, optarg, &o)) {
+                break;
+            }
             return cmd_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
         }
     }

@@ -23,8 +23,8 @@ static void check_usage(FILE *f)
                "      --output=FMT     human (default) or json\n"
                "  -q, --quiet          print nothing, the exit status tells\n"
                "  -U, --force-share    accepted for compatibility\n"
-               "  -T CACHE             accepted for compatibility (the check reads metadata)\n"
-               "  -h, --help           this help\n"
+               "  -T CACHE             accepted for compatibility (the check reads "
+               "metadata)\n" CMD_TLS_HELP "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
                "2 corruptions, 3 leaked clusters only, 63 the format has no check (raw).\n"
@@ -140,6 +140,7 @@ static int check_run(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true, .no_backing = true, .for_check = true};
@@ -183,6 +184,9 @@ static int check_run(int argc, char **argv)
             cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
             return check_usage_error();
         default:
+            if (cmd_tls_option(c, optarg, &o)) {
+                break;
+            }
             cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);
             return check_usage_error();
         }

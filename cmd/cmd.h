@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 
 /* Exit codes shared by every subcommand unless its man page says more. */
@@ -45,6 +46,23 @@ int cmd_parse_output(const char *sub, const char *arg, bool *json);
 /* Append a repeated -o: "a=1" then "b=2" gives "a=1,b=2" (qemu-img merges
  * them too).  *list is malloc'd (or NULL).  Returns false on no memory. */
 bool cmd_append_options(char **list, const char *more);
+/* TLS credentials for nbds:// images, shared by every subcommand that
+ * opens images: --tls-creds=DIR, --tls-psk=FILE, --tls-username=NAME. */
+enum { CMD_OPT_TLS_CREDS = 0x4000, CMD_OPT_TLS_PSK, CMD_OPT_TLS_USERNAME };
+#define CMD_TLS_LONGOPTS                                                                           \
+    {"tls-creds", required_argument, NULL, CMD_OPT_TLS_CREDS},                                     \
+        {"tls-psk", required_argument, NULL, CMD_OPT_TLS_PSK},                                     \
+    {                                                                                              \
+        "tls-username", required_argument, NULL, CMD_OPT_TLS_USERNAME                              \
+    }
+struct blk_image_opts;
+/* Applies a TLS option to o; returns true if c was one. */
+bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o);
+#define CMD_TLS_HELP                                                                               \
+    "      --tls-creds=DIR    nbds:// X.509 credentials (DIR/ca-cert.pem, client-*)\n"             \
+    "      --tls-psk=FILE     nbds:// pre-shared keys (psktool format)\n"                          \
+    "      --tls-username=ID  PSK identity (default: the file's first)\n"
+
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);
 

@@ -30,8 +30,7 @@ static void compare_usage(FILE *f)
                "  -F FMT    format of IMAGE2 (default: probe)\n"
                "  -s        strict: sizes and allocation must match too\n"
                "  -p        progress on stderr\n"
-               "  -q        quiet: only the exit status\n"
-               "  -h        this help\n"
+               "  -q        quiet: only the exit status\n" CMD_TLS_HELP "  -h        this help\n"
                "\n"
                "Without -s, an image larger than the other is equal if its extra tail reads\n"
                "as zeroes, and a hole equals written zeroes.\n"
@@ -123,8 +122,14 @@ static int compare_run(int argc, char **argv)
     uint64_t diff = UINT64_MAX;
     int ch, status = 0, r;
 
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        CMD_TLS_LONGOPTS,
+        {NULL, 0, NULL, 0},
+    };
+
     opterr = 0;
-    while ((ch = getopt(argc, argv, ":hf:F:spqUT:")) != -1) {
+    while ((ch = getopt_long(argc, argv, ":hf:F:spqUT:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'h':
             compare_usage(stdout);
@@ -150,6 +155,10 @@ static int compare_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(ch, optarg, &oa)) {
+                cmd_tls_option(ch, optarg, &ob); /* either image may be nbds:// */
+                break;
+            }
             return cmd_usage_error("compare", "unknown option '%s'", argv[optind - 1]);
         }
     }

@@ -54,8 +54,7 @@ static void convert_usage(FILE *f)
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
             "  -p                progress on stderr (percent, rate, time left)\n"
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
-            "  -q                quiet\n"
-            "  -h, --help        this help\n"
+            "  -q                quiet\n" CMD_TLS_HELP "  -h, --help        this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted.  A target\n"
             "that convert created is removed when it fails.  See diskimg-convert(1).\n",
@@ -136,6 +135,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -223,6 +223,10 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case ':':
             return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(c, optarg, &o->src)) {
+                cmd_tls_option(c, optarg, &o->dst); /* both ends may be nbds:// */
+                break;
+            }
             return cmd_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
         }
     }

@@ -18,18 +18,19 @@
 
 static void info_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
-               "\n"
-               "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
-               "and format-specific details (same fields as qemu-img info).\n"
-               "\n"
-               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
-               "      --output=FMT     human (default) or json\n"
-               "      --backing-chain  also show every backing file, top first\n"
-               "  -U, --force-share    accepted for compatibility (opening is read-only)\n"
-               "  -h, --help           this help\n"
-               "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-info(1).\n");
+    fprintf(
+        f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
+           "\n"
+           "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
+           "and format-specific details (same fields as qemu-img info).\n"
+           "\n"
+           "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+           "      --output=FMT     human (default) or json\n"
+           "      --backing-chain  also show every backing file, top first\n"
+           "  -U, --force-share    accepted for compatibility (opening is read-only)\n" CMD_TLS_HELP
+           "  -h, --help           this help\n"
+           "\n"
+           "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-info(1).\n");
 }
 
 static void info_json(struct json_writer *w, const char *filename, const struct blk_image_info *in)
@@ -167,10 +168,16 @@ static void info_human(const char *filename, const struct blk_image_info *in)
 }
 
 /* Open one image of the chain, metadata only. */
-static int info_open(const char *filename, const char *format, struct blk_image_info *in)
+static int info_open(const char *filename, const char *format, const struct blk_image_opts *tls,
+                     struct blk_image_info *in)
 {
-    struct blk_image_opts o = {
-        .filename = filename, .format = format, .read_only = true, .no_backing = true};
+    struct blk_image_opts o = {.filename = filename,
+                               .format = format,
+                               .read_only = true,
+                               .no_backing = true,
+                               .tls_creds = tls->tls_creds,
+                               .tls_psk = tls->tls_psk,
+                               .tls_username = tls->tls_username};
     struct blk_image *img = NULL;
     int r = blk_image_open(&img, &o);
 
@@ -191,9 +198,11 @@ static int info_run(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
         {"force-share", no_argument, NULL, 'U'},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
+    struct blk_image_opts tls = {0}; /* only the TLS fields */
     bool json = false, chain = false;
     struct json_writer w;
     struct {
@@ -225,6 +234,9 @@ static int info_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(c, optarg, &tls)) {
+                break;
+            }
             return cmd_usage_error("info", "unknown option '%s'", argv[optind - 1]);
         }
     }
@@ -258,7 +270,7 @@ static int info_run(int argc, char **argv)
                     MAX_CHAIN);
             r = -1;
         }
-        if (r == 0 && (r = info_open(name, fmt, &in)) < 0) {
+        if (r == 0 && (r = info_open(name, fmt, &tls, &in)) < 0) {
             cmd_print_error(r);
         }
         if (r < 0) {

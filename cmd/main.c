@@ -1,5 +1,6 @@
 /* cmd/main.c: the diskimg command, dispatching to one file per subcommand. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,5 +93,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     log_progname = "diskimg";
+    /* A peer that closes a socket (NBD, TLS) is an error to report, not a
+     * reason to die: every write checks EPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     return c->run(argc - 1, argv + 1);
 }

@@ -24,7 +24,7 @@ static void map_usage(FILE *f)
                "                       zero, data and offset, as qemu-img map\n"
                "  -s, --start-offset=OFF   start there (default 0)\n"
                "  -l, --max-length=LEN     stop after LEN bytes\n"
-               "  -U, --force-share    accepted for compatibility\n"
+               "  -U, --force-share    accepted for compatibility\n" CMD_TLS_HELP
                "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-map(1).\n");
@@ -82,6 +82,7 @@ static int map_run(int argc, char **argv)
         {"start-offset", required_argument, NULL, 's'},
         {"max-length", required_argument, NULL, 'l'},
         {"force-share", no_argument, NULL, 'U'},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true};
@@ -120,6 +121,9 @@ static int map_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(c, optarg, &o)) {
+                break;
+            }
             return cmd_usage_error("map", "unknown option '%s'", argv[optind - 1]);
         }
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/block.h"
 #include "cmd.h"
 
 int cmd_parse_output(const char *sub, const char *arg, bool *json)
@@ -32,6 +33,23 @@ bool cmd_append_options(char **list, const char *more)
     memcpy(p + old, more, add + 1);
     *list = p;
     return true;
+}
+
+bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o)
+{
+    switch (c) {
+    case CMD_OPT_TLS_CREDS:
+        o->tls_creds = arg;
+        return true;
+    case CMD_OPT_TLS_PSK:
+        o->tls_psk = arg;
+        return true;
+    case CMD_OPT_TLS_USERNAME:
+        o->tls_username = arg;
+        return true;
+    default:
+        return false;
+    }
 }
 
 void cmd_size_str(uint64_t bytes, char *buf, size_t len)

@@ -16,12 +16,14 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "protocol.h"
+#include "tls.h"
 
 #define DEFAULT_MAX_BLOCK (32u << 20)
 #define MULTI_CONN_DEFAULT 4
 
 struct nbd_drv {
     struct nbd_uri uri;
+    struct nbd_tls *tls; /* nbds:// */
     struct nbd_client_export exp;
     struct nbd_client_conn *conns[NBD_CLIENT_MAX_CONNS];
     unsigned nconns;
@@ -50,7 +52,31 @@ static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         return r;
     }
-    r = nbd_client_connect(&d->uri, &d->conns[0], &d->exp);
+    if (d->uri.tls) {
+        struct nbd_tls_config tc = {
+            .creds_dir = d->uri.tls_certificates ? d->uri.tls_certificates : opts->tls_creds,
+            .psk_file = d->uri.tls_psk_file ? d->uri.tls_psk_file : opts->tls_psk,
+            .psk_identity = d->uri.tls_username ? d->uri.tls_username : opts->tls_username,
+            /* over TCP the certificate must name the host we dialled */
+            .hostname = d->uri.tls_hostname  ? d->uri.tls_hostname
+                        : d->uri.unix_socket ? NULL
+                                             : d->uri.host,
+        };
+        if (tc.creds_dir && tc.psk_file) {
+            tc.psk_file = NULL; /* the URI's X.509 choice wins over a --tls-psk default */
+        }
+        if (!tc.creds_dir && !tc.psk_file) {
+            return err_setx(EINVAL,
+                            "%s: nbds:// needs --tls-creds=DIR or --tls-psk=FILE (or "
+                            "tls-certificates= / tls-psk-file= in the URI)",
+                            opts->filename);
+        }
+        r = nbd_tls_new(&d->tls, &tc, false);
+        if (r < 0) {
+            return r;
+        }
+    }
+    r = nbd_client_connect(&d->uri, d->tls, &d->conns[0], &d->exp);
     if (r == 0) {
         r = nbd_client_start(d->conns[0]);
     }
@@ -67,7 +93,7 @@ static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
     want = (d->exp.eflags & NBD_FLAG_CAN_MULTI_CONN) ? MULTI_CONN_DEFAULT : 1;
     for (unsigned i = 1; i < want; i++) {
         struct nbd_client_export e2;
-        if (nbd_client_connect(&d->uri, &d->conns[i], &e2) < 0 ||
+        if (nbd_client_connect(&d->uri, d->tls, &d->conns[i], &e2) < 0 ||
             nbd_client_start(d->conns[i]) < 0) {
             nbd_client_close(d->conns[i]);
             d->conns[i] = NULL;
@@ -102,6 +128,7 @@ static void nbd_drv_close(struct blk_node *n)
         nbd_client_close(d->conns[i]);
     }
     free(d->status);
+    nbd_tls_free(d->tls);
     nbd_uri_free(&d->uri);
     pthread_mutex_destroy(&d->status_lock);
 }

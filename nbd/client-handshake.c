@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "names.h"
 #include "protocol.h"
+#include "tls.h"
 
 #define HANDSHAKE_TIMEOUT_S 30
 #define MAX_OPTION_REPLY (64u << 10)
@@ -31,6 +32,8 @@
 
 struct hs {
     int fd;
+    struct nbd_tls *tls_creds;   /* for nbds:// */
+    struct nbd_tls_session *tls; /* after STARTTLS */
     uint64_t deadline;
     const char *where; /* for messages */
 };
@@ -45,19 +48,24 @@ static int hs_recv(struct hs *h, void *buf, size_t len)
             return err_setx(ETIMEDOUT, "%s: the NBD server did not answer the handshake", h->where);
         }
         struct pollfd pfd = {.fd = h->fd, .events = POLLIN};
-        int r = poll(&pfd, 1, (int)((h->deadline - now) / 1000000) + 1);
+        int r = h->tls && nbd_tls_pending(h->tls)
+                    ? 1
+                    : poll(&pfd, 1, (int)((h->deadline - now) / 1000000) + 1);
         if (r < 0 && errno != EINTR) {
             return err_set(errno, "%s: poll", h->where);
         }
         if (r <= 0) {
             continue;
         }
-        ssize_t n = recv(h->fd, p, len, 0);
+        ssize_t n = h->tls ? nbd_tls_recv(h->tls, p, len) : recv(h->fd, p, len, 0);
         if (n == 0) {
             return err_setx(ECONNRESET,
                             "%s: the NBD server closed the connection during the "
                             "handshake",
                             h->where);
+        }
+        if (n < 0 && h->tls) {
+            return err_set((int)-n, "%s: receiving from the NBD server", h->where);
         }
         if (n < 0) {
             if (errno == EINTR) {
@@ -75,6 +83,10 @@ static int hs_send(struct hs *h, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
 
+    if (h->tls) {
+        int r = nbd_tls_send(h->tls, &(struct iovec){(void *)buf, len}, 1);
+        return r < 0 ? err_set(-r, "%s: sending to the NBD server", h->where) : 0;
+    }
     while (len > 0) {
         ssize_t n = send(h->fd, p, len, MSG_NOSIGNAL);
         if (n < 0) {
@@ -333,6 +345,35 @@ static int negotiate_structured(struct hs *h, struct nbd_client_conn *c, const s
     return r;
 }
 
+/* NBD_OPT_STARTTLS, then the TLS handshake on the same socket. */
+static int negotiate_starttls(struct hs *h, bool fixed)
+{
+    uint32_t type, len;
+    uint8_t *d = NULL;
+    int r;
+
+    if (!fixed) {
+        return err_setx(EPROTO, "%s: the server is too old for TLS", h->where);
+    }
+    r = send_option(h, NBD_OPT_STARTTLS, NULL, 0);
+    if (r == 0) {
+        r = recv_reply(h, NBD_OPT_STARTTLS, &type, &d, &len);
+    }
+    if (r == 0 && type != NBD_REP_ACK) {
+        r = err_setx(EACCES, "%s: the NBD server does not offer TLS (%s%s%s)", h->where,
+                     nbd_rep_name(type), len ? ": " : "", len ? (char *)d : "");
+    }
+    free(d);
+    if (r == 0) {
+        char peer[8];
+        r = nbd_tls_handshake(h->tls_creds, h->fd, h->deadline, &h->tls, peer, sizeof peer);
+        if (r < 0) {
+            err_prefix("%s", h->where);
+        }
+    }
+    return r;
+}
+
 static int handshake(struct hs *h, struct nbd_client_conn *c, const struct nbd_uri *u,
                      struct nbd_client_export *exp)
 {
@@ -369,7 +410,11 @@ static int handshake(struct hs *h, struct nbd_client_conn *c, const struct nbd_u
         return r;
     }
     if (u->tls) {
-        return err_setx(ENOTSUP, "%s: TLS (nbds://) is not supported yet", h->where);
+        r = negotiate_starttls(h, fixed);
+        if (r < 0) {
+            return r;
+        }
+        c->tls = h->tls;
     }
     if (!fixed) {
         return negotiate_export_name(h, u, no_zeroes, exp);
@@ -386,7 +431,7 @@ static int handshake(struct hs *h, struct nbd_client_conn *c, const struct nbd_u
     return r;
 }
 
-int nbd_client_connect(const struct nbd_uri *u, struct nbd_client_conn **out,
+int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_client_conn **out,
                        struct nbd_client_export *exp)
 {
     struct nbd_client_conn *c = calloc(1, sizeof *c);
@@ -411,9 +456,23 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_client_conn **out,
         r = connect_tcp(u->host, u->port, &c->fd);
     }
     if (r == 0) {
-        struct hs h = {c->fd, clock_ns() + HANDSHAKE_TIMEOUT_S * 1000000000ULL, where};
+        struct hs h = {.fd = c->fd,
+                       .tls_creds = tls,
+                       .deadline = clock_ns() + HANDSHAKE_TIMEOUT_S * 1000000000ULL,
+                       .where = where};
+        if (u->tls && !tls) {
+            r = err_setx(EINVAL,
+                         "%s: nbds:// needs TLS credentials (--tls-creds=DIR, "
+                         "--tls-psk=FILE, or tls-certificates= / tls-psk-file= in the URI)",
+                         where);
+        }
         memset(exp, 0, sizeof *exp);
-        r = handshake(&h, c, u, exp);
+        if (r == 0) {
+            r = handshake(&h, c, u, exp);
+        }
+        if (r < 0 && h.tls && !c->tls) {
+            nbd_tls_session_close(h.tls);
+        }
     }
     if (r < 0) {
         nbd_client_close(c);

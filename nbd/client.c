@@ -19,17 +19,21 @@
 #include "common/util.h"
 #include "names.h"
 #include "protocol.h"
+#include "tls.h"
 
 #define MAX_STATUS_DESCRIPTORS (1u << 16)
 
-static int recv_all(int fd, void *buf, size_t len)
+static int recv_all(struct nbd_client_conn *c, void *buf, size_t len)
 {
     uint8_t *p = buf;
 
     while (len > 0) {
-        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        ssize_t n = c->tls ? nbd_tls_recv(c->tls, p, len) : recv(c->fd, p, len, MSG_WAITALL);
         if (n == 0) {
             return -ECONNRESET;
+        }
+        if (n < 0 && c->tls) {
+            return (int)n;
         }
         if (n < 0) {
             if (errno == EINTR) {
@@ -43,13 +47,13 @@ static int recv_all(int fd, void *buf, size_t len)
     return 0;
 }
 
-static int recv_discard(int fd, uint64_t len)
+static int recv_discard(struct nbd_client_conn *c, uint64_t len)
 {
     uint8_t scratch[4096];
 
     while (len > 0) {
         size_t n = (size_t)MIN(len, (uint64_t)sizeof scratch);
-        int r = recv_all(fd, scratch, n);
+        int r = recv_all(c, scratch, n);
         if (r < 0) {
             return r;
         }
@@ -117,7 +121,7 @@ static int read_into(struct nbd_client_conn *c, struct nbd_client_slot *s, uint6
             return -EINVAL;
         }
         for (int i = 0; i < k; i++) {
-            int r = recv_all(c->fd, sub[i].iov_base, sub[i].iov_len);
+            int r = recv_all(c, sub[i].iov_base, sub[i].iov_len);
             if (r < 0) {
                 return r;
             }
@@ -137,16 +141,16 @@ static int read_error_chunk(struct nbd_client_conn *c, struct nbd_client_slot *s
     if (len < sizeof e) {
         return -EPROTO;
     }
-    r = recv_all(c->fd, &e, sizeof e);
+    r = recv_all(c, &e, sizeof e);
     uint32_t msglen = be16toh(e.len);
     if (r == 0 && (msglen > len - sizeof e || msglen > NBD_MAX_STRING)) {
         return -EPROTO;
     }
     if (r == 0) {
-        r = recv_all(c->fd, msg, msglen);
+        r = recv_all(c, msg, msglen);
     }
     if (r == 0) {
-        r = recv_discard(c->fd, len - sizeof e - msglen); /* the offset, if any */
+        r = recv_discard(c, len - sizeof e - msglen); /* the offset, if any */
     }
     (void)with_offset;
     if (r == 0) {
@@ -176,20 +180,20 @@ static int read_block_status(struct nbd_client_conn *c, struct nbd_client_slot *
     if (s->type != NBD_CMD_BLOCK_STATUS || len < 12 || (len - 4) % 8) {
         return -EPROTO;
     }
-    r = recv_all(c->fd, &ctx, 4);
+    r = recv_all(c, &ctx, 4);
     if (r < 0) {
         return r;
     }
     if (!c->base_alloc || be32toh(ctx) != c->base_alloc_id || s->extents ||
         n > MAX_STATUS_DESCRIPTORS) {
-        return recv_discard(c->fd, len - 4); /* not ours, or a second one */
+        return recv_discard(c, len - 4); /* not ours, or a second one */
     }
     CLEANUP_FREE struct nbd_block_descriptor *d = malloc((size_t)n * sizeof *d);
     s->extents = malloc((size_t)n * sizeof *s->extents);
     if (!d || !s->extents) {
         return -ENOMEM;
     }
-    r = recv_all(c->fd, d, (size_t)n * sizeof *d);
+    r = recv_all(c, d, (size_t)n * sizeof *d);
     for (uint32_t i = 0; r == 0 && i < n; i++) {
         s->extents[i].length = be32toh(d[i].length);
         s->extents[i].flags = be32toh(d[i].status_flags);
@@ -202,7 +206,7 @@ static int read_block_status(struct nbd_client_conn *c, struct nbd_client_slot *
 static int read_chunk(struct nbd_client_conn *c)
 {
     struct nbd_structured_reply h;
-    int r = recv_all(c->fd, (uint8_t *)&h + 4, sizeof h - 4);
+    int r = recv_all(c, (uint8_t *)&h + 4, sizeof h - 4);
 
     if (r < 0) {
         return r;
@@ -222,7 +226,7 @@ static int read_chunk(struct nbd_client_conn *c)
         if (len < 8) {
             return -EPROTO;
         }
-        r = recv_all(c->fd, &off, 8);
+        r = recv_all(c, &off, 8);
         if (r == 0) {
             r = read_into(c, s, be64toh(off), len - 8, false);
         }
@@ -233,7 +237,7 @@ static int read_chunk(struct nbd_client_conn *c)
         if (len != sizeof hole) {
             return -EPROTO;
         }
-        r = recv_all(c->fd, &hole, sizeof hole);
+        r = recv_all(c, &hole, sizeof hole);
         if (r == 0) {
             r = read_into(c, s, be64toh(hole.offset), be32toh(hole.length), true);
         }
@@ -251,7 +255,7 @@ static int read_chunk(struct nbd_client_conn *c)
             return -EPROTO; /* an unknown non-error chunk: cannot continue */
         }
         s->err = EIO; /* unknown error chunk: the request failed */
-        r = recv_discard(c->fd, len);
+        r = recv_discard(c, len);
     }
     if (r < 0) {
         return r;
@@ -268,7 +272,7 @@ static int read_chunk(struct nbd_client_conn *c)
 static int read_simple(struct nbd_client_conn *c)
 {
     struct nbd_simple_reply h;
-    int r = recv_all(c->fd, (uint8_t *)&h + 4, sizeof h - 4);
+    int r = recv_all(c, (uint8_t *)&h + 4, sizeof h - 4);
 
     if (r < 0) {
         return r;
@@ -299,7 +303,7 @@ static void *reader_main(void *arg)
 
     for (;;) {
         uint32_t magic;
-        r = recv_all(c->fd, &magic, 4);
+        r = recv_all(c, &magic, 4);
         if (r < 0) {
             break;
         }
@@ -343,6 +347,7 @@ void nbd_client_close(struct nbd_client_conn *c)
         shutdown(c->fd, SHUT_RDWR);
         pthread_join(c->reader, NULL);
     }
+    nbd_tls_session_close(c->tls);
     if (c->fd >= 0) {
         close(c->fd);
     }
@@ -371,6 +376,10 @@ static int send_request(struct nbd_client_conn *c, const struct nbd_request *req
     }
     struct iovec *p = iov;
     pthread_mutex_lock(&c->send_lock);
+    if (c->tls) {
+        r = nbd_tls_send(c->tls, iov, n);
+        n = 0;
+    }
     while (n > 0) {
         struct msghdr msg = {.msg_iov = p, .msg_iovlen = (size_t)n};
         ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);

@@ -45,8 +45,12 @@ struct nbd_client_slot {
     uint32_t n_extents;
 };
 
+struct nbd_tls;
+struct nbd_tls_session;
+
 struct nbd_client_conn {
     int fd;
+    struct nbd_tls_session *tls; /* nbds:// once STARTTLS succeeded */
     pthread_mutex_t send_lock;
     pthread_mutex_t lock; /* slots, dead */
     pthread_cond_t slot_free;
@@ -71,7 +75,7 @@ struct nbd_client_export {
 
 /* client-handshake.c: connect and negotiate; returns 0 or -errno with a
  * message ("export 'x' not found", "the server requires TLS"). */
-int nbd_client_connect(const struct nbd_uri *u, struct nbd_client_conn **out,
+int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_client_conn **out,
                        struct nbd_client_export *exp);
 void nbd_client_close(struct nbd_client_conn *c);
 

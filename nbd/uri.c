@@ -69,6 +69,10 @@ void nbd_uri_free(struct nbd_uri *u)
     free(u->port);
     free(u->socket);
     free(u->export_name);
+    free(u->tls_certificates);
+    free(u->tls_psk_file);
+    free(u->tls_username);
+    free(u->tls_hostname);
     memset(u, 0, sizeof *u);
 }
 
@@ -124,6 +128,14 @@ int nbd_uri_parse(const char *s, struct nbd_uri *u)
     if (!u->export_name) {
         nbd_uri_free(u);
         return err_setx(EINVAL, "%s: bad escape in the export name", s);
+    }
+    const char *q = query ? query + 1 : NULL;
+    if (query_get(q, "tls-certificates", &u->tls_certificates) < 0 ||
+        query_get(q, "tls-psk-file", &u->tls_psk_file) < 0 ||
+        query_get(q, "tls-username", &u->tls_username) < 0 ||
+        query_get(q, "tls-hostname", &u->tls_hostname) < 0) {
+        nbd_uri_free(u);
+        return err_setx(EINVAL, "%s: bad escape in a query parameter", s);
     }
     if (u->unix_socket) {
         if (authority_len) {

@@ -16,6 +16,11 @@ struct nbd_uri {
     char *port;   /* TCP, "10809" by default */
     char *socket; /* unix */
     char *export_name;
+    /* libnbd's query parameters for nbds:// */
+    char *tls_certificates; /* tls-certificates=DIR */
+    char *tls_psk_file;     /* tls-psk-file=FILE */
+    char *tls_username;     /* tls-username=NAME */
+    char *tls_hostname;     /* tls-hostname=NAME */
 };
 
 /* True if s looks like an NBD URI (scheme nbd, nbds, nbd+unix, nbds+unix). */
