@@ -112,6 +112,10 @@ static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix
                 report(c, "ERROR compressed L2 entry 0x%016" PRIx64 " has the copied flag", e);
                 c->res->corruptions++;
             }
+            if (bitmap) {
+                report(c, "ERROR compressed L2 entry 0x%016" PRIx64 " has a subcluster bitmap", e);
+                c->res->corruptions++;
+            }
             add_ref(c, off, bytes, "compressed cluster");
             c->res->compressed_clusters += active;
             c->res->allocated_clusters += active;
@@ -122,6 +126,31 @@ static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix
                    l2_off + i * s->l2_entry_size);
             c->res->corruptions++;
             continue;
+        }
+        /* Entries the read path refuses are corruptions here too; the
+         * cluster they name is still counted. */
+        if ((e & QCOW_OFLAG_ZERO) && (s->extended_l2 || s->hdr.version < 3)) {
+            report(c,
+                   "ERROR L2 entry 0x%016" PRIx64 " at 0x%" PRIx64
+                   " has the zero flag (reserved %s)",
+                   e, l2_off + i * s->l2_entry_size,
+                   s->extended_l2 ? "with extended L2 entries" : "in version 2");
+            c->res->corruptions++;
+        }
+        if (s->extended_l2 &&
+            (((bitmap >> 32) & bitmap) || (!host && (bitmap & QCOW_ALLOC_MASK)))) {
+            report(c,
+                   "ERROR L2 entry 0x%016" PRIx64 " at 0x%" PRIx64
+                   " has an invalid subcluster bitmap 0x%016" PRIx64,
+                   e, l2_off + i * s->l2_entry_size, bitmap);
+            c->res->corruptions++;
+        }
+        if (!host && (e & QCOW_OFLAG_COPIED) && !(e & QCOW_OFLAG_ZERO)) {
+            report(c,
+                   "ERROR L2 entry 0x%016" PRIx64 " at 0x%" PRIx64
+                   " has the copied flag but no offset",
+                   e, l2_off + i * s->l2_entry_size);
+            c->res->corruptions++;
         }
         if (!host) {
             continue;
@@ -157,6 +186,22 @@ static int check_l1(struct check_ctx *c, uint64_t l1_off, uint32_t l1_size, bool
     r = read_table(s, l1_off, (uint64_t)l1_size * 8, &l1);
     if (r < 0) {
         return r;
+    }
+    /* One L2 table under many entries would be walked once per entry:
+     * a few clusters of file could cost hours (open refuses this for the
+     * active table; snapshot tables are only read here). */
+    uint64_t dup;
+    r = qcow2_l1_duplicate(l1, l1_size, true, &dup);
+    if (r < 0) {
+        return r;
+    }
+    if (r > 0) {
+        report(c,
+               "ERROR L1 table at 0x%" PRIx64 " names the L2 table at 0x%" PRIx64
+               " more than once; not walking it",
+               l1_off, dup);
+        c->res->corruptions++;
+        return 0;
     }
     for (uint32_t i = 0; i < l1_size; i++) {
         uint64_t e = be64toh(l1[i]);
@@ -244,16 +289,77 @@ static int check_bitmaps(struct check_ctx *c)
     return 0;
 }
 
+struct l1_use {
+    uint64_t offset;
+    int64_t index; /* snapshot, -1 for the active table */
+};
+
+static int cmp_l1_use(const void *a, const void *b)
+{
+    const struct l1_use *x = a, *y = b;
+
+    if (x->offset != y->offset) {
+        return x->offset < y->offset ? -1 : 1;
+    }
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Mark the snapshots whose L1 table is the active one's or an earlier
+ * snapshot's: 65536 snapshots naming one table would walk it 65536 times
+ * (snapshots made by qemu each have their own table). */
+static int shared_snapshot_l1(struct check_ctx *c, bool *shared)
+{
+    struct qcow2_state *s = c->s;
+    CLEANUP_FREE struct l1_use *u = malloc(((size_t)s->n_snapshots + 1) * sizeof *u);
+    size_t n = 0;
+
+    if (!u) {
+        return err_set(ENOMEM, "qcow2 check: %" PRIu32 " snapshots", s->n_snapshots);
+    }
+    if (s->hdr.l1_size) {
+        u[n++] = (struct l1_use){s->hdr.l1_table_offset, -1};
+    }
+    for (uint32_t i = 0; i < s->n_snapshots; i++) {
+        if (s->snapshots[i].l1_size) {
+            u[n++] = (struct l1_use){s->snapshots[i].l1_table_offset, i};
+        }
+    }
+    qsort(u, n, sizeof *u, cmp_l1_use);
+    for (size_t k = 1; k < n; k++) {
+        if (u[k].offset == u[k - 1].offset) {
+            shared[u[k].index] = true; /* index >= 0: the active table sorts first */
+        }
+    }
+    return 0;
+}
+
 /* Count every reference in the image. */
 static int count_references(struct check_ctx *c)
 {
     struct qcow2_state *s = c->s;
+    CLEANUP_FREE bool *shared = calloc(s->n_snapshots ? s->n_snapshots : 1, sizeof *shared);
     int r;
 
+    if (!shared) {
+        return err_set(ENOMEM, "qcow2 check: %" PRIu32 " snapshots", s->n_snapshots);
+    }
     add_ref(c, 0, s->cluster_size, "header");
     r = check_l1(c, s->hdr.l1_table_offset, s->hdr.l1_size, true);
+    if (r == 0) {
+        r = shared_snapshot_l1(c, shared);
+    }
     for (uint32_t i = 0; r == 0 && i < s->n_snapshots; i++) {
-        r = check_l1(c, s->snapshots[i].l1_table_offset, s->snapshots[i].l1_size, false);
+        const struct qcow2_snapshot *sn = &s->snapshots[i];
+        if (shared[i]) {
+            report(c,
+                   "ERROR snapshot %" PRIu32 " uses the L1 table at 0x%" PRIx64
+                   " of another snapshot or the active image; not walking it again",
+                   i, sn->l1_table_offset);
+            c->res->corruptions++;
+            add_ref(c, sn->l1_table_offset, (uint64_t)sn->l1_size * 8, "snapshot L1 table");
+            continue;
+        }
+        r = check_l1(c, sn->l1_table_offset, sn->l1_size, false);
     }
     if (r == 0 && s->n_snapshots) {
         add_ref(c, s->hdr.snapshots_offset, s->snapshots_bytes, "snapshot table");
@@ -389,7 +495,9 @@ static int rebuild_refcounts(struct check_ctx *c)
             table[b] = next++ << s->cluster_bits;
         }
     }
-    uint32_t *counts = realloc(c->refs.count, end * sizeof *counts);
+    /* Never shrink: with leaks at the end of the file the new area starts
+     * (and may end) before c->refs.n, which the loops below still walk. */
+    uint32_t *counts = realloc(c->refs.count, MAX(end, c->refs.n) * sizeof *counts);
     if (!counts) {
         return err_set(ENOMEM, "qcow2 repair: refcounts");
     }

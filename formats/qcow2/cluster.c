@@ -14,6 +14,37 @@
 #include "common/error.h"
 #include "qcow2.h"
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int qcow2_l1_duplicate(const uint64_t *l1, uint32_t n, bool big_endian, uint64_t *dup)
+{
+    CLEANUP_FREE uint64_t *offs = malloc((n ? n : 1) * sizeof *offs);
+    uint32_t k = 0;
+
+    if (!offs) {
+        return err_set(ENOMEM, "qcow2: L1 table of %" PRIu32 " entries", n);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = (big_endian ? be64toh(l1[i]) : l1[i]) & L1E_OFFSET_MASK;
+        if (off) {
+            offs[k++] = off;
+        }
+    }
+    qsort(offs, k, sizeof *offs, cmp_u64);
+    for (uint32_t i = 1; i < k; i++) {
+        if (offs[i] == offs[i - 1]) {
+            *dup = offs[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int qcow2_load_l1(struct qcow2_state *s)
 {
     uint64_t bytes = (uint64_t)s->l1_size * 8;
@@ -44,6 +75,19 @@ int qcow2_load_l1(struct qcow2_state *s)
                             " is not cluster-aligned",
                             i, off);
         }
+    }
+    /* One L2 table under many L1 entries makes a file of a few clusters
+     * map (and check, and read) like one holding all those tables. */
+    uint64_t dup;
+    r = qcow2_l1_duplicate(l1, s->l1_size, false, &dup);
+    if (r < 0) {
+        return r;
+    }
+    if (r > 0) {
+        return err_setx(EINVAL,
+                        "qcow2: L1 table: the L2 table at 0x%" PRIx64
+                        " is used by more than one L1 entry",
+                        dup);
     }
     free(s->l1);
     s->l1 = steal_ptr(&l1);
@@ -187,11 +231,12 @@ int qcow2_build_metadata_map(struct qcow2_state *s)
                                           QCOW2_META_SNAPSHOT_L1);
             if (r == -EINVAL) {
                 /* Snapshot L1 tables may share clusters with each other
-                 * only through refcounts, never overlap active metadata. */
+                 * only through refcounts, never overlap active metadata.
+                 * Named by index: a name may hold any byte, newlines too. */
                 return err_setx(EINVAL,
-                                "qcow2: the L1 table of snapshot '%s' overlaps other "
+                                "qcow2: the L1 table of snapshot %" PRIu32 " overlaps other "
                                 "metadata",
-                                sn->name);
+                                i);
             }
         }
     }
@@ -209,6 +254,14 @@ static int l2_entry_invalid(struct qcow2_state *s, uint64_t guest, const char *w
         s, "L2 entry for guest offset 0x%" PRIx64 " %s (0x%016" PRIx64 ")", guest, why, entry);
 }
 
+/* Host clusters lie inside the file: past its end they would read as
+ * zeroes (and a write would land in space no refcount covers).  s->file_end
+ * grows with every allocation before an entry points at it. */
+static bool past_eof(const struct qcow2_state *s, uint64_t off, uint64_t len)
+{
+    return off > s->file_end || len > s->file_end - off;
+}
+
 /* Classify one standard (non-extended) L2 entry. */
 static int classify_entry(struct qcow2_state *s, uint64_t guest, uint64_t entry,
                           struct qcow2_map *m)
@@ -216,8 +269,14 @@ static int classify_entry(struct qcow2_state *s, uint64_t guest, uint64_t entry,
     uint64_t host = entry & L2E_OFFSET_MASK;
 
     if (entry & QCOW_OFLAG_COMPRESSED) {
+        uint64_t coff, cbytes;
         if (entry & QCOW_OFLAG_COPIED) {
             return l2_entry_invalid(s, guest, "is compressed with the copied flag", entry);
+        }
+        qcow2_compressed_range(s, entry, &coff, &cbytes);
+        if (coff == 0 || past_eof(s, coff, cbytes)) {
+            return l2_entry_invalid(
+                s, guest, "has compressed data in the header or past the end of the file", entry);
         }
         m->type = QCOW2_COMPRESSED;
         m->l2_entry = entry;
@@ -225,6 +284,9 @@ static int classify_entry(struct qcow2_state *s, uint64_t guest, uint64_t entry,
     }
     if (entry & L2E_STD_RESERVED_MASK) {
         return l2_entry_invalid(s, guest, "has reserved bits set", entry);
+    }
+    if (host && past_eof(s, host, s->cluster_size)) {
+        return l2_entry_invalid(s, guest, "points past the end of the file", entry);
     }
     if (entry & QCOW_OFLAG_ZERO) {
         if (s->hdr.version < 3) {
@@ -268,6 +330,9 @@ static int classify_sub(struct qcow2_state *s, uint64_t guest, uint64_t entry, u
     }
     if (!host && (bitmap & QCOW_ALLOC_MASK)) {
         return l2_entry_invalid(s, guest, "allocates subclusters without a cluster", bitmap);
+    }
+    if (host && past_eof(s, host, s->cluster_size)) {
+        return l2_entry_invalid(s, guest, "points past the end of the file", entry);
     }
     if (bitmap & QCOW_SUBCLUSTER_ALLOC(sc)) {
         m->type = QCOW2_NORMAL;
@@ -316,6 +381,11 @@ int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes, 
         m->type = QCOW2_UNALLOCATED;
         m->bytes = MIN(max_bytes, range_end - guest);
         return 0;
+    }
+    if (past_eof(s, l2_off, cs)) {
+        return qcow2_mark_corrupt_locked(
+            s, "L1 entry %" PRIu64 ": L2 table at 0x%" PRIx64 " lies past the end of the file", l1i,
+            l2_off);
     }
     uint64_t l2i = cluster & ((1ULL << s->l2_bits) - 1);
     uint64_t first_index = l2i % s->l2_slice_entries;
@@ -443,6 +513,11 @@ int qcow2_get_l2_slice_locked(struct qcow2_state *s, uint64_t guest, bool alloc,
                                          guest);
     }
     l2_off = s->l1[l1i] & L1E_OFFSET_MASK;
+    if (l2_off && past_eof(s, l2_off, s->cluster_size)) {
+        return qcow2_mark_corrupt_locked(
+            s, "L1 entry %" PRIu64 ": L2 table at 0x%" PRIx64 " lies past the end of the file", l1i,
+            l2_off);
+    }
     if (alloc && (!l2_off || !(s->l1[l1i] & QCOW_OFLAG_COPIED))) {
         r = alloc_l2_table_locked(s, l1i, l2_off);
         if (r < 0) {

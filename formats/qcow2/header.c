@@ -93,13 +93,17 @@ void qcow2_feature_name(const struct qcow2_header *h, enum qcow2_feature_type ty
     snprintf(out, outlen, "unknown %s feature bit %u", type_names[type], bit);
 }
 
-/* A string from the image: bounded, without NUL bytes. */
+/* A string from the image: bounded, without NUL bytes or other control
+ * characters (these names end up in one-line error messages and on
+ * terminals, where a newline or an escape sequence would be forged output). */
 static char *qcow2_string(const uint8_t *p, uint32_t len)
 {
     char *s;
 
-    if (memchr(p, '\0', len)) {
-        return NULL;
+    for (uint32_t i = 0; i < len; i++) {
+        if (p[i] < 0x20 || p[i] == 0x7f) {
+            return NULL;
+        }
     }
     s = malloc((size_t)len + 1);
     if (s) {
@@ -129,6 +133,12 @@ static int qcow2_parse_feature_table(struct qcow2_header *h, const uint8_t *p, u
         h->features[i].bit = e[1];
         memcpy(h->features[i].name, e + 2, QCOW2_FEATURE_NAME_SIZE);
         h->features[i].name[QCOW2_FEATURE_NAME_SIZE] = '\0';
+        /* Only informative, but printed in errors: no control characters. */
+        for (char *c = h->features[i].name; *c; c++) {
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                *c = '?';
+            }
+        }
     }
     return 0;
 }
@@ -136,12 +146,17 @@ static int qcow2_parse_feature_table(struct qcow2_header *h, const uint8_t *p, u
 static int qcow2_keep_unknown_ext(struct qcow2_header *h, uint32_t type, const uint8_t *p,
                                   uint32_t len)
 {
-    struct qcow2_unknown_ext *u = realloc(h->unknown, sizeof *u * (h->n_unknown + 1));
+    struct qcow2_unknown_ext *u = h->unknown;
 
-    if (!u) {
-        return err_set(ENOMEM, "qcow2: header extension");
+    /* Grow by doubling (at each power of two): a 2 MiB cluster 0 holds
+     * 262144 empty extensions, and growing one by one takes minutes. */
+    if ((h->n_unknown & (h->n_unknown - 1)) == 0) {
+        u = realloc(h->unknown, sizeof *u * (h->n_unknown ? 2 * (size_t)h->n_unknown : 1));
+        if (!u) {
+            return err_set(ENOMEM, "qcow2: header extension");
+        }
+        h->unknown = u;
     }
-    h->unknown = u;
     u[h->n_unknown].type = type;
     u[h->n_unknown].len = len;
     u[h->n_unknown].data = malloc(len ? len : 1);
@@ -182,7 +197,9 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
             free(h->backing_format);
             h->backing_format = qcow2_string(data, len);
             if (!h->backing_format) {
-                return err_setx(EINVAL, "qcow2: backing format name contains a NUL byte");
+                return err_setx(
+                    EINVAL,
+                    "qcow2: backing format name contains a NUL byte or a control character");
             }
             break;
         case QCOW2_EXT_FEATURE_TABLE:
@@ -209,7 +226,8 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
             free(h->data_file);
             h->data_file = qcow2_string(data, len);
             if (!h->data_file) {
-                return err_setx(EINVAL, "qcow2: data file name contains a NUL byte");
+                return err_setx(EINVAL,
+                                "qcow2: data file name contains a NUL byte or a control character");
             }
             break;
         default:
@@ -430,7 +448,8 @@ int qcow2_header_parse(const uint8_t *buf, size_t len, uint64_t file_size, struc
         }
         h->backing_file = qcow2_string(buf + h->backing_file_offset, h->backing_file_size);
         if (!h->backing_file) {
-            r = err_setx(EINVAL, "qcow2: backing file name contains a NUL byte");
+            r = err_setx(EINVAL,
+                         "qcow2: backing file name contains a NUL byte or a control character");
             goto fail;
         }
         ext_end = (size_t)h->backing_file_offset;

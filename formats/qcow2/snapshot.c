@@ -123,9 +123,10 @@ static int sn_parse_one(struct qcow2_state *s, const uint8_t *e, uint64_t file_s
             EFBIG, "qcow2: snapshot %" PRIu32 ": L1 table of %" PRIu32 " entries exceeds 32 MiB",
             index, sn->l1_size);
     }
-    if (sn->l1_size &&
-        ((sn->l1_table_offset & (s->cluster_size - 1)) || sn->l1_table_offset > file_size ||
-         (uint64_t)sn->l1_size * 8 > file_size - sn->l1_table_offset)) {
+    /* Aligned, inside the file, and not at offset 0 (the header). */
+    if (sn->l1_size && ((sn->l1_table_offset & (s->cluster_size - 1)) || sn->l1_table_offset == 0 ||
+                        sn->l1_table_offset > file_size ||
+                        (uint64_t)sn->l1_size * 8 > file_size - sn->l1_table_offset)) {
         return err_setx(EINVAL,
                         "qcow2: snapshot %" PRIu32 ": L1 table offset 0x%" PRIx64 " is invalid",
                         index, sn->l1_table_offset);
