@@ -61,7 +61,7 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
     return 0;
 }
 
-static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
+static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct file_state *s = n->opaque;
     int flags = (opts->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
@@ -138,6 +138,23 @@ static void file_close(struct blk_node *n)
     }
 }
 
+static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct file_state *s = n->opaque;
+    int r = file_open_fds(n, opts);
+
+    if (r < 0) {
+        /* the generic layer does not call close after a failed open */
+        if (s->fd >= 0) {
+            close(s->fd);
+        }
+        if (s->tail_fd >= 0) {
+            close(s->tail_fd);
+        }
+    }
+    return r;
+}
+
 /* Copy iov into a local array that file_advance() may modify. */
 static int file_iov_copy(struct iovec *dst, const struct iovec *src, int iovcnt)
 {
@@ -211,8 +228,7 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struc
             return err_set((int)-r, "%s: write at offset %" PRIu64, n->filename, pos);
         }
         if (r == 0) {
-            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename,
-                            pos);
+            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename, pos);
         }
         file_advance(&iov, &iovcnt, (size_t)r);
         pos += (uint64_t)r;

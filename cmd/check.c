@@ -68,7 +68,7 @@ static void check_print_human(const struct blk_check_result *res)
                    res->check_errors);
         }
     }
-    if (res->total_clusters) {
+    if (res->total_clusters && res->allocated_clusters) { /* as qemu-img prints it */
         double t = (double)res->total_clusters;
         printf("%" PRIu64 "/%" PRIu64 " = %0.2f%% allocated, %0.2f%% fragmented, %0.2f%% "
                "compressed clusters\n",

@@ -167,6 +167,14 @@ static void info_human(const char *filename, const struct blk_image_info *in)
     }
 }
 
+/* "nbd://x", "json:{...}": a colon before any slash. */
+static bool backing_is_protocol(const char *name)
+{
+    const char *colon = strchr(name, ':'), *slash = strchr(name, '/');
+
+    return colon && (!slash || colon < slash);
+}
+
 /* Open one image of the chain, metadata only. */
 static int info_open(const char *filename, const char *format, const struct blk_image_opts *tls,
                      struct blk_image_info *in)
@@ -286,6 +294,17 @@ static int info_run(int argc, char **argv)
         }
         free(name);
         free(fmt);
+        if (chain && in.backing_file && backing_is_protocol(in.backing_file)) {
+            /* The same rule as opening: a header never makes us connect. */
+            fprintf(stderr,
+                    "diskimg: backing file '%s' names a protocol, which is not opened "
+                    "from an image header\n",
+                    in.backing_file);
+            blk_image_info_free(&in);
+            name = fmt = NULL;
+            r = -1;
+            break;
+        }
         name = chain && in.full_backing_file ? strdup(in.full_backing_file) : NULL;
         fmt = chain && in.backing_format ? strdup(in.backing_format) : NULL;
         blk_image_info_free(&in);

@@ -41,13 +41,12 @@ static struct nbd_client_conn *pick_conn(struct nbd_drv *d)
     return d->conns[atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed) % d->nconns];
 }
 
-static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
+static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct nbd_drv *d = n->opaque;
     unsigned want;
     int r;
 
-    pthread_mutex_init(&d->status_lock, NULL);
     r = nbd_uri_parse(opts->filename, &d->uri);
     if (r < 0) {
         return r;
@@ -320,6 +319,19 @@ static int64_t nbd_drv_get_length(struct blk_node *n)
     struct nbd_drv *d = n->opaque;
 
     return (int64_t)d->exp.size;
+}
+
+static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct nbd_drv *d = n->opaque;
+    int r;
+
+    pthread_mutex_init(&d->status_lock, NULL);
+    r = nbd_drv_connect(n, opts);
+    if (r < 0) {
+        nbd_drv_close(n); /* whatever part of the connection was made */
+    }
+    return r;
 }
 
 static const struct blk_driver nbd_driver = {

@@ -32,7 +32,7 @@ struct check_ctx {
     struct blk_check_result *res;
     FILE *report;
     bool count_refcount_structures;
-    uint64_t last_data_cluster; /* for fragmentation */
+    uint64_t next_contiguous; /* fragmentation, per L2 table as qemu counts it */
 };
 
 static void report(struct check_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -98,6 +98,7 @@ static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix
     int r = read_table(s, l2_off, s->cluster_size, &l2);
 
     *fix_copied = false;
+    c->next_contiguous = 0; /* contiguity is counted within one L2 table */
     if (r < 0) {
         return r;
     }
@@ -119,6 +120,7 @@ static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix
             add_ref(c, off, bytes, "compressed cluster");
             c->res->compressed_clusters += active;
             c->res->allocated_clusters += active;
+            c->res->fragmented_clusters += active; /* fragmented by nature, qemu says */
             continue;
         }
         if (e & L2E_STD_RESERVED_MASK) {
@@ -164,10 +166,10 @@ static int check_l2(struct check_ctx *c, uint64_t l2_off, bool active, bool *fix
         if (active) {
             c->res->allocated_clusters++;
             uint64_t k = host >> s->cluster_bits;
-            if (c->last_data_cluster && k != c->last_data_cluster + 1) {
+            if (c->next_contiguous && k != c->next_contiguous) {
                 c->res->fragmented_clusters++;
             }
-            c->last_data_cluster = k;
+            c->next_contiguous = k + 1;
         }
     }
     return 0;

@@ -334,14 +334,20 @@ static int classify_sub(struct qcow2_state *s, uint64_t guest, uint64_t entry, u
     if (host && past_eof(s, host, s->cluster_size)) {
         return l2_entry_invalid(s, guest, "points past the end of the file", entry);
     }
+    /* Zero and unallocated subclusters of an allocated cluster still have
+     * a place in the file (qemu's ZERO_ALLOC and UNALLOCATED_ALLOC). */
+    uint64_t sub_host = host ? host + ((uint64_t)sc << s->subcluster_bits) : 0;
+    m->copied = entry & QCOW_OFLAG_COPIED;
     if (bitmap & QCOW_SUBCLUSTER_ALLOC(sc)) {
         m->type = QCOW2_NORMAL;
-        m->host = host + ((uint64_t)sc << s->subcluster_bits);
-        m->copied = entry & QCOW_OFLAG_COPIED;
+        m->host = sub_host;
     } else if (bitmap & QCOW_SUBCLUSTER_ZERO(sc)) {
-        m->type = QCOW2_ZERO;
+        m->type = host ? QCOW2_ZERO_ALLOC : QCOW2_ZERO;
+        m->host = sub_host;
     } else {
         m->type = QCOW2_UNALLOCATED;
+        m->host = sub_host;
+        m->has_host = host != 0;
     }
     return 0;
 }
@@ -357,6 +363,8 @@ static bool map_continues(const struct qcow2_map *m, const struct qcow2_map *nex
         return next->copied == m->copied && next->host == m->host + m->bytes;
     case QCOW2_ZERO_ALLOC:
         return next->host == m->host + m->bytes;
+    case QCOW2_UNALLOCATED:
+        return next->has_host == m->has_host && (!m->has_host || next->host == m->host + m->bytes);
     case QCOW2_COMPRESSED:
         return false;
     default:
@@ -421,7 +429,7 @@ int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes, 
             break;
         }
         uint64_t take = MIN(unit_end, end) - pos;
-        if (next.type == QCOW2_NORMAL || next.type == QCOW2_ZERO_ALLOC) {
+        if (next.type == QCOW2_NORMAL || next.type == QCOW2_ZERO_ALLOC || next.has_host) {
             next.host += pos - unit_start;
         }
         if (pos == guest) {

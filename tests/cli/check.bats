@@ -87,21 +87,27 @@ qemu_clean() {
 
 @test "check: the fragmentation figure equals qemu-img's (512-byte clusters, data across L2 tables)" {
     require_tool qemu-img qemu-io
+    # qemu-img counts contiguity within each L2 table, and every compressed
+    # cluster as fragmented: the figures must be the same.
+    local f theirs ours
     image "$TEST_DIR/a.qcow2" cluster_size=512
-    run qemu-img check --output=json "$TEST_DIR/a.qcow2"
-    assert_output --partial '"fragmented-clusters": 7'
-    run "$DISKIMG" check --output=json "$TEST_DIR/a.qcow2"
-    assert_output --partial '"fragmented-clusters": 7'
-    run "$DISKIMG" check "$TEST_DIR/a.qcow2"
-    assert_output --partial "512/8192 = 6.25% allocated, 1.37% fragmented, 0.00% compressed clusters"
+    qemu-img convert -c -O qcow2 -o cluster_size=4k "$TEST_DIR/a.qcow2" "$TEST_DIR/c.qcow2"
+    qemu-io -f qcow2 -c 'write -P 1 1M 64k' "$TEST_DIR/c.qcow2" >/dev/null
+    for f in a c; do
+        theirs=$(qemu-img check "$TEST_DIR/$f.qcow2" | grep allocated)
+        ours=$("$DISKIMG" check "$TEST_DIR/$f.qcow2" | grep allocated)
+        echo "qemu-img: $theirs / diskimg: $ours"
+        [[ -n "$ours" && "$ours" == "$theirs" ]]
+    done
 }
 
-@test "check: an image without data clusters still prints the statistics line" {
+@test "check: an image without data clusters prints no statistics line, as qemu-img" {
     require_tool qemu-img
     "$DISKIMG" create -q -f qcow2 "$TEST_DIR/a.qcow2" 4M
     same_check "$TEST_DIR/a.qcow2"
     run "$DISKIMG" check "$TEST_DIR/a.qcow2"
-    assert_line "0/64 = 0.00% allocated, 0.00% fragmented, 0.00% compressed clusters"
+    refute_output --partial "allocated,"
+    assert_line "No errors were found on the image."
 }
 
 @test "check: clean images that diskimg made, with snapshots, compressed, with a backing file" {

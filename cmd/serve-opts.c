@@ -1,0 +1,413 @@
+/* cmd/serve-opts.c: the command line of "diskimg serve": qemu-nbd's
+ * spellings where the feature overlaps, nbdkit's for TLS, --image-opts and
+ * --export specifications. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "nbd/protocol.h"
+#include "serve.h"
+
+void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: diskimg serve [OPTIONS] IMAGE\n"
+            "\n"
+            "Export IMAGE (raw or qcow2) over NBD until interrupted.  Without -t the server exits\n"
+            "when the last client disconnects, as qemu-nbd does.\n"
+            "\n"
+            "Where to listen:\n"
+            "  -k, --socket=PATH        unix socket PATH (instead of TCP)\n"
+            "  -b, --bind=ADDR          TCP address to listen on (default: all)\n"
+            "  -p, --port=PORT          TCP port (default %d)\n"
+            "\n"
+            "What to export:\n"
+            "  -f, --format=FMT         image format: raw or qcow2 (default: probe)\n"
+            "  -x, --export-name=NAME   export name (default \"\")\n"
+            "  -D, --description=TEXT   export description\n"
+            "  -r, --read-only          export read-only\n"
+            "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
+            "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
+            "                           image, at most 32M); refcount cache is a quarter of it\n"
+            "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
+            "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
+            "      --image-opts         IMAGE is driver=raw|qcow2,file.filename=PATH[,offset=N]\n"
+            "                           [,size=N][,cache.direct=on|off][,cache.no-flush=on|off]\n"
+            "                           [,aio=ENGINE][,l2-cache-size=SIZE][,read-only=on|off]\n"
+            "\n"
+            "Caching and I/O:\n"
+            "      --cache=MODE         writeback (default), none, writethrough, directsync,\n"
+            "                           unsafe: same meaning as qemu's cache=\n"
+            "  -n, --nocache            same as --cache=none\n"
+            "      --aio=ENGINE         threads (default) or io_uring\n"
+            "      --discard=MODE       unmap (default: TRIM frees space) or ignore\n"
+            "      --detect-zeroes=MODE off (default), on, unmap\n"
+            "\n"
+            "Clients and process:\n"
+            "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
+            "  -t, --persistent         keep serving after the last client disconnects\n"
+            "      --threads=N          requests in flight per connection (default %d)\n"
+            "      --handshake-limit=S  drop clients that have not finished the handshake\n"
+            "                           in S seconds, 0 = never (default %d)\n"
+            "      --fork               run in the background once the socket is ready\n"
+            "      --pid-file=PATH      write the server's process id to PATH\n"
+            "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
+            "  -v, --verbose            log more (repeat for more)\n"
+            "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
+            "\n"
+            "TLS (GnuTLS):\n"
+            "      --tls-creds=DIR      X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem\n"
+            "      --tls-psk=FILE       pre-shared keys, psktool format (identity:hexkey)\n"
+            "      --tls=MODE           off, on (clients choose) or require (default with\n"
+            "                           credentials: nothing but STARTTLS before TLS)\n"
+            "      --tls-verify-peer    require a client certificate signed by the CA\n"
+            "      --tls-authz=FILE     allow only these client DNs or PSK identities\n"
+            "      --tls-priority=STR   GnuTLS priority string (default: TLS 1.2 and newer)\n"
+            "\n"
+            "  -h, --help               this help\n"
+            "  -V, --version            the version\n"
+            "\n"
+            "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
+            "stop accepting clients, finish requests in flight, flush and exit 0.\n"
+            "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
+            "See diskimg-serve(1).\n",
+            NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
+}
+
+/* Apply one key=value of --image-opts. */
+static int serve_image_opt(struct serve_opts *o, const char *key, const char *value)
+{
+    bool b;
+
+    if (strcmp(key, "driver") == 0) {
+        o->img.format = value;
+    } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
+               strcmp(key, "file") == 0) {
+        o->img.filename = value;
+    } else if (strcmp(key, "file.driver") == 0) {
+        if (strcmp(value, "file") != 0) {
+            return cmd_usage_error("serve", "--image-opts: file.driver=%s is not supported", value);
+        }
+    } else if (strcmp(key, "offset") == 0) {
+        if (parse_size(value, &o->img.offset) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid offset '%s'", value);
+        }
+    } else if (strcmp(key, "size") == 0) {
+        if (parse_size(value, &o->img.size) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid size '%s'", value);
+        }
+        o->img.size_set = true;
+    } else if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
+        if (blk_aio_parse(value, &o->img.aio) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid aio '%s'", value);
+        }
+    } else if (strcmp(key, "cache.direct") == 0) {
+        if (parse_bool(value, &b) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid cache.direct '%s'", value);
+        }
+        bool wt = blk_cache_mode_writethrough(o->img.cache);
+        o->img.cache = b ? (wt ? BLK_CACHE_DIRECTSYNC : BLK_CACHE_NONE)
+                         : (wt ? BLK_CACHE_WRITETHROUGH : BLK_CACHE_WRITEBACK);
+    } else if (strcmp(key, "cache.no-flush") == 0) {
+        if (parse_bool(value, &b) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid cache.no-flush '%s'", value);
+        }
+        if (b) {
+            o->img.cache = BLK_CACHE_UNSAFE;
+        }
+    } else if (strcmp(key, "l2-cache-size") == 0) {
+        if (parse_size(value, &o->img.l2_cache_bytes) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid l2-cache-size '%s'", value);
+        }
+    } else if (strcmp(key, "read-only") == 0) {
+        if (parse_bool(value, &o->img.read_only) < 0) {
+            return cmd_usage_error("serve", "--image-opts: invalid read-only '%s'", value);
+        }
+    } else {
+        return cmd_usage_error("serve", "--image-opts: unknown option '%s'", key);
+    }
+    return 0;
+}
+
+static int serve_parse_image_opts(struct serve_opts *o, char *spec)
+{
+    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int r;
+
+        if (!eq) {
+            return cmd_usage_error("serve", "--image-opts: '%s' is not key=value", kv);
+        }
+        *eq = '\0';
+        r = serve_image_opt(o, kv, eq + 1);
+        if (r) {
+            return r;
+        }
+    }
+    if (!o->img.filename) {
+        return cmd_usage_error("serve", "--image-opts: file.filename is missing");
+    }
+    return 0;
+}
+
+enum {
+    OPT_CACHE = 256,
+    OPT_AIO,
+    OPT_DISCARD,
+    OPT_DETECT_ZEROES,
+    OPT_FORK,
+    OPT_PID_FILE,
+    OPT_IMAGE_OPTS,
+    OPT_SIZE,
+    OPT_THREADS,
+    OPT_HANDSHAKE_LIMIT,
+    OPT_STATS,
+    OPT_DEBUG,
+    OPT_L2_CACHE,
+    OPT_TLS,
+    OPT_TLS_CREDS,
+    OPT_TLS_PSK,
+    OPT_TLS_VERIFY_PEER,
+    OPT_TLS_AUTHZ,
+    OPT_TLS_PRIORITY,
+};
+
+static const struct option serve_long_opts[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {"socket", required_argument, NULL, 'k'},
+    {"bind", required_argument, NULL, 'b'},
+    {"port", required_argument, NULL, 'p'},
+    {"format", required_argument, NULL, 'f'},
+    {"export-name", required_argument, NULL, 'x'},
+    {"description", required_argument, NULL, 'D'},
+    {"read-only", no_argument, NULL, 'r'},
+    {"load-snapshot", required_argument, NULL, 'l'},
+    {"l2-cache-size", required_argument, NULL, OPT_L2_CACHE},
+    {"offset", required_argument, NULL, 'o'},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+    {"cache", required_argument, NULL, OPT_CACHE},
+    {"nocache", no_argument, NULL, 'n'},
+    {"aio", required_argument, NULL, OPT_AIO},
+    {"discard", required_argument, NULL, OPT_DISCARD},
+    {"detect-zeroes", required_argument, NULL, OPT_DETECT_ZEROES},
+    {"shared", required_argument, NULL, 'e'},
+    {"persistent", no_argument, NULL, 't'},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"handshake-limit", required_argument, NULL, OPT_HANDSHAKE_LIMIT},
+    {"fork", no_argument, NULL, OPT_FORK},
+    {"pid-file", required_argument, NULL, OPT_PID_FILE},
+    {"stats", required_argument, NULL, OPT_STATS},
+    {"verbose", no_argument, NULL, 'v'},
+    {"debug", required_argument, NULL, OPT_DEBUG},
+    {"tls", required_argument, NULL, OPT_TLS},
+    {"tls-creds", required_argument, NULL, OPT_TLS_CREDS},
+    {"tls-certificates", required_argument, NULL, OPT_TLS_CREDS}, /* nbdkit's spelling */
+    {"tls-psk", required_argument, NULL, OPT_TLS_PSK},
+    {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY_PEER},
+    {"tls-authz", required_argument, NULL, OPT_TLS_AUTHZ},
+    {"tls-priority", required_argument, NULL, OPT_TLS_PRIORITY},
+    {NULL, 0, NULL, 0},
+};
+
+/* Returns 0, or an exit code (EXIT_USAGE) after printing why; -1 for --help. */
+int serve_parse(struct serve_opts *o, int argc, char **argv)
+{
+    uint64_t v;
+    int c;
+
+    opterr = 0; /* our own messages, in our own format */
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rl:o:ne:tv", serve_long_opts, NULL)) !=
+           -1) {
+        switch (c) {
+        case 'h':
+            serve_usage(stdout);
+            return -1;
+        case 'V':
+            printf("diskimg %s\n", DISKIMG_VERSION);
+            return -1;
+        case ':':
+            return cmd_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
+        case '?':
+            return cmd_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
+        case 'k':
+            o->socket_path = optarg;
+            break;
+        case 'b':
+            o->bind_addr = optarg;
+            break;
+        case 'p':
+            if (parse_uint(optarg, 1, 65535, &v) < 0) {
+                return cmd_usage_error("serve", "invalid port '%s'", optarg);
+            }
+            o->port = optarg;
+            break;
+        case 'f':
+            o->img.format = optarg;
+            break;
+        case 'x':
+            o->export_name = optarg;
+            break;
+        case 'D':
+            o->description = optarg;
+            break;
+        case 'r':
+            o->img.read_only = true;
+            break;
+        case 'l':
+            o->img.snapshot = optarg;
+            o->img.read_only = true; /* a snapshot is served read-only */
+            break;
+        case OPT_L2_CACHE:
+            if (parse_size(optarg, &o->img.l2_cache_bytes) < 0 || o->img.l2_cache_bytes == 0) {
+                return cmd_usage_error("serve", "invalid --l2-cache-size '%s'", optarg);
+            }
+            break;
+        case 'o':
+            if (parse_size(optarg, &o->img.offset) < 0) {
+                return cmd_usage_error("serve", "invalid offset '%s'", optarg);
+            }
+            break;
+        case OPT_SIZE:
+            if (parse_size(optarg, &o->img.size) < 0) {
+                return cmd_usage_error("serve", "invalid size '%s'", optarg);
+            }
+            o->img.size_set = true;
+            break;
+        case OPT_IMAGE_OPTS:
+            o->image_opts = true;
+            break;
+        case OPT_CACHE:
+            if (blk_cache_mode_parse(optarg, &o->img.cache) < 0) {
+                return cmd_usage_error(
+                    "serve",
+                    "invalid cache mode '%s' (writeback, none, writethrough, directsync, unsafe)",
+                    optarg);
+            }
+            break;
+        case 'n':
+            o->img.cache = BLK_CACHE_NONE;
+            break;
+        case OPT_AIO:
+            if (blk_aio_parse(optarg, &o->img.aio) < 0) {
+                return cmd_usage_error("serve", "invalid aio engine '%s' (threads, io_uring)",
+                                       optarg);
+            }
+            break;
+        case OPT_DISCARD:
+            if (blk_discard_parse(optarg, &o->img.discard) < 0) {
+                return cmd_usage_error("serve", "invalid discard mode '%s' (ignore, unmap)",
+                                       optarg);
+            }
+            break;
+        case OPT_DETECT_ZEROES:
+            if (blk_detect_zeroes_parse(optarg, &o->img.detect_zeroes) < 0) {
+                return cmd_usage_error("serve", "invalid detect-zeroes mode '%s' (off, on, unmap)",
+                                       optarg);
+            }
+            break;
+        case 'e':
+            if (parse_uint(optarg, 0, 1u << 20, &v) < 0) {
+                return cmd_usage_error("serve", "invalid number of clients '%s'", optarg);
+            }
+            o->srv.max_connections = (unsigned)v;
+            break;
+        case 't':
+            o->srv.persistent = true;
+            break;
+        case OPT_THREADS:
+            if (parse_uint(optarg, 1, 1024, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --threads '%s' (1 to 1024)", optarg);
+            }
+            o->srv.workers_per_conn = (unsigned)v;
+            break;
+        case OPT_HANDSHAKE_LIMIT:
+            if (parse_uint(optarg, 0, 86400, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --handshake-limit '%s'", optarg);
+            }
+            o->srv.handshake_limit_s = (unsigned)v;
+            break;
+        case OPT_FORK:
+            o->fork = true;
+            break;
+        case OPT_PID_FILE:
+            o->pid_file = optarg;
+            break;
+        case OPT_STATS:
+            o->srv.stats_file = optarg;
+            break;
+        case 'v':
+            log_verbosity++;
+            break;
+        case OPT_TLS:
+            if (strcmp(optarg, "off") && strcmp(optarg, "on") && strcmp(optarg, "require")) {
+                return cmd_usage_error("serve", "--tls takes off, on or require");
+            }
+            o->tls_mode = optarg;
+            break;
+        case OPT_TLS_CREDS:
+            o->tls.creds_dir = optarg;
+            break;
+        case OPT_TLS_PSK:
+            o->tls.psk_file = optarg;
+            break;
+        case OPT_TLS_VERIFY_PEER:
+            o->tls.verify_peer = true;
+            break;
+        case OPT_TLS_AUTHZ:
+            o->tls.authz_file = optarg;
+            break;
+        case OPT_TLS_PRIORITY:
+            o->tls.priority = optarg;
+            break;
+        case OPT_DEBUG:
+            if (debug_flag_set(optarg) < 0) {
+                return cmd_usage_error("serve", "unknown debug flag '%s'", optarg);
+            }
+            log_verbosity = log_verbosity ? log_verbosity : 1;
+            break;
+        default:
+            return cmd_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind + 1 != argc) {
+        return cmd_usage_error("serve", optind == argc ? "an IMAGE is required"
+                                                       : "only one IMAGE can be served");
+    }
+    if (o->image_opts) {
+        int r = serve_parse_image_opts(o, argv[optind]);
+        if (r) {
+            return r;
+        }
+    } else {
+        o->img.filename = argv[optind];
+    }
+    if (o->socket_path && (o->bind_addr || o->port)) {
+        return cmd_usage_error("serve", "--socket cannot be combined with --bind or --port");
+    }
+    if (o->img.detect_zeroes == BLK_DETECT_ZEROES_UNMAP && o->img.discard != BLK_DISCARD_UNMAP) {
+        return cmd_usage_error("serve", "--detect-zeroes=unmap requires --discard=unmap");
+    }
+    bool creds = o->tls.creds_dir || o->tls.psk_file;
+    if (o->tls_mode && strcmp(o->tls_mode, "off") != 0 && !creds) {
+        return cmd_usage_error("serve", "--tls=%s needs --tls-creds=DIR or --tls-psk=FILE",
+                               o->tls_mode);
+    }
+    if ((o->tls.verify_peer || o->tls.authz_file || o->tls.priority) && !creds) {
+        return cmd_usage_error("serve", "TLS options need --tls-creds=DIR or --tls-psk=FILE");
+    }
+    o->srv.tls_mode = !creds || (o->tls_mode && strcmp(o->tls_mode, "off") == 0) ? NBD_TLS_OFF
+                      : o->tls_mode && strcmp(o->tls_mode, "on") == 0            ? NBD_TLS_ON
+                                                                                 : NBD_TLS_REQUIRE;
+    if (!blk_aio_available(o->img.aio)) {
+        return cmd_usage_error("serve", "--aio=%s: not built into this diskimg",
+                               blk_aio_name(o->img.aio));
+    }
+    return 0;
+}
