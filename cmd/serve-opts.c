@@ -17,6 +17,7 @@ void serve_usage(FILE *f)
 {
     fprintf(f,
             "Usage: diskimg serve [OPTIONS] IMAGE\n"
+            "       diskimg serve [OPTIONS] --export=name=NAME,file=PATH[,...] ...\n"
             "\n"
             "Export IMAGE (raw or qcow2) over NBD until interrupted.  Without -t the server exits\n"
             "when the last client disconnects, as qemu-nbd does.\n"
@@ -32,6 +33,11 @@ void serve_usage(FILE *f)
             "  -D, --description=TEXT   export description\n"
             "  -r, --read-only          export read-only\n"
             "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
+            "      --export=SPEC        one more export (repeatable): name=NAME,file=PATH and\n"
+            "                           optionally format=, read-only=on, description=,\n"
+            "                           snapshot=, cache=, aio=, discard=, detect-zeroes=,\n"
+            "                           l2-cache-size=, offset=, size=; the image options\n"
+            "                           above are its defaults\n"
             "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
             "                           image, at most 32M); refcount cache is a quarter of it\n"
             "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
@@ -50,6 +56,9 @@ void serve_usage(FILE *f)
             "\n"
             "Clients and process:\n"
             "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
+            "      --max-connections=N  the same as --shared\n"
+            "      --idle-timeout=S     close connections idle (no request in flight) for S\n"
+            "                           seconds (default 0: never)\n"
             "  -t, --persistent         keep serving after the last client disconnects\n"
             "      --threads=N          requests in flight per connection (default %d)\n"
             "      --handshake-limit=S  drop clients that have not finished the handshake\n"
@@ -79,79 +88,146 @@ void serve_usage(FILE *f)
             NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
 }
 
-/* Apply one key=value of --image-opts. */
-static int serve_image_opt(struct serve_opts *o, const char *key, const char *value)
+/* One image key of --image-opts or --export ("what" names the option in
+ * messages).  Returns 1 if the key is not an image key. */
+static int image_key(struct blk_image_opts *img, const char *key, const char *value,
+                     const char *what)
 {
     bool b;
 
-    if (strcmp(key, "driver") == 0) {
-        o->img.format = value;
+    if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
+        img->format = value;
     } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
                strcmp(key, "file") == 0) {
-        o->img.filename = value;
+        img->filename = value;
     } else if (strcmp(key, "file.driver") == 0) {
         if (strcmp(value, "file") != 0) {
-            return cmd_usage_error("serve", "--image-opts: file.driver=%s is not supported", value);
+            return cmd_usage_error("serve", "%s: file.driver=%s is not supported", what, value);
         }
     } else if (strcmp(key, "offset") == 0) {
-        if (parse_size(value, &o->img.offset) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid offset '%s'", value);
+        if (parse_size(value, &img->offset) < 0) {
+            return cmd_usage_error("serve", "%s: invalid offset '%s'", what, value);
         }
     } else if (strcmp(key, "size") == 0) {
-        if (parse_size(value, &o->img.size) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid size '%s'", value);
+        if (parse_size(value, &img->size) < 0) {
+            return cmd_usage_error("serve", "%s: invalid size '%s'", what, value);
         }
-        o->img.size_set = true;
+        img->size_set = true;
     } else if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
-        if (blk_aio_parse(value, &o->img.aio) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid aio '%s'", value);
+        if (blk_aio_parse(value, &img->aio) < 0) {
+            return cmd_usage_error("serve", "%s: invalid aio '%s'", what, value);
+        }
+    } else if (strcmp(key, "cache") == 0) {
+        if (blk_cache_mode_parse(value, &img->cache) < 0) {
+            return cmd_usage_error("serve", "%s: invalid cache mode '%s'", what, value);
         }
     } else if (strcmp(key, "cache.direct") == 0) {
         if (parse_bool(value, &b) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid cache.direct '%s'", value);
+            return cmd_usage_error("serve", "%s: invalid cache.direct '%s'", what, value);
         }
-        bool wt = blk_cache_mode_writethrough(o->img.cache);
-        o->img.cache = b ? (wt ? BLK_CACHE_DIRECTSYNC : BLK_CACHE_NONE)
-                         : (wt ? BLK_CACHE_WRITETHROUGH : BLK_CACHE_WRITEBACK);
+        bool wt = blk_cache_mode_writethrough(img->cache);
+        img->cache = b ? (wt ? BLK_CACHE_DIRECTSYNC : BLK_CACHE_NONE)
+                       : (wt ? BLK_CACHE_WRITETHROUGH : BLK_CACHE_WRITEBACK);
     } else if (strcmp(key, "cache.no-flush") == 0) {
         if (parse_bool(value, &b) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid cache.no-flush '%s'", value);
+            return cmd_usage_error("serve", "%s: invalid cache.no-flush '%s'", what, value);
         }
         if (b) {
-            o->img.cache = BLK_CACHE_UNSAFE;
+            img->cache = BLK_CACHE_UNSAFE;
         }
     } else if (strcmp(key, "l2-cache-size") == 0) {
-        if (parse_size(value, &o->img.l2_cache_bytes) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid l2-cache-size '%s'", value);
+        if (parse_size(value, &img->l2_cache_bytes) < 0) {
+            return cmd_usage_error("serve", "%s: invalid l2-cache-size '%s'", what, value);
         }
     } else if (strcmp(key, "read-only") == 0) {
-        if (parse_bool(value, &o->img.read_only) < 0) {
-            return cmd_usage_error("serve", "--image-opts: invalid read-only '%s'", value);
+        if (parse_bool(value, &img->read_only) < 0) {
+            return cmd_usage_error("serve", "%s: invalid read-only '%s'", what, value);
+        }
+    } else if (strcmp(key, "snapshot") == 0) {
+        img->snapshot = value;
+        img->read_only = true;
+    } else if (strcmp(key, "discard") == 0) {
+        if (blk_discard_parse(value, &img->discard) < 0) {
+            return cmd_usage_error("serve", "%s: invalid discard '%s'", what, value);
+        }
+    } else if (strcmp(key, "detect-zeroes") == 0) {
+        if (blk_detect_zeroes_parse(value, &img->detect_zeroes) < 0) {
+            return cmd_usage_error("serve", "%s: invalid detect-zeroes '%s'", what, value);
         }
     } else {
-        return cmd_usage_error("serve", "--image-opts: unknown option '%s'", key);
+        return 1;
     }
     return 0;
 }
 
-static int serve_parse_image_opts(struct serve_opts *o, char *spec)
+/* Walk "key=value,..." of spec (modified in place; values point into it). */
+static int spec_foreach(char *spec, const char *what,
+                        int (*fn)(void *opaque, const char *key, const char *value), void *opaque)
 {
     for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
         int r;
 
         if (!eq) {
-            return cmd_usage_error("serve", "--image-opts: '%s' is not key=value", kv);
+            return cmd_usage_error("serve", "%s: '%s' is not key=value", what, kv);
         }
         *eq = '\0';
-        r = serve_image_opt(o, kv, eq + 1);
+        r = fn(opaque, kv, eq + 1);
         if (r) {
             return r;
         }
     }
-    if (!o->img.filename) {
-        return cmd_usage_error("serve", "--image-opts: file.filename is missing");
+    return 0;
+}
+
+static int image_opts_key(void *opaque, const char *key, const char *value)
+{
+    int r = image_key(opaque, key, value, "--image-opts");
+
+    return r == 1 ? cmd_usage_error("serve", "--image-opts: unknown option '%s'", key) : r;
+}
+
+static int export_key(void *opaque, const char *key, const char *value)
+{
+    struct serve_export *e = opaque;
+    int r;
+
+    if (strcmp(key, "name") == 0) {
+        e->name = value;
+        return 0;
     }
+    if (strcmp(key, "description") == 0) {
+        e->description = value;
+        return 0;
+    }
+    r = image_key(&e->img, key, value, "--export");
+    return r == 1 ? cmd_usage_error("serve", "--export: unknown key '%s'", key) : r;
+}
+
+/* --export name=NAME,file=PATH[,format=..][,read-only=on][,description=..]
+ * [,snapshot=..][,cache=..]...: the image options given on the command
+ * line are its defaults. */
+static int serve_parse_export(struct serve_opts *o, char *spec)
+{
+    struct serve_export *e = &o->exports[o->n_exports];
+    int r;
+
+    if (o->n_exports == SERVE_MAX_EXPORTS) {
+        return cmd_usage_error("serve", "at most %d exports", SERVE_MAX_EXPORTS);
+    }
+    *e = (struct serve_export){.img = o->img};
+    e->img.filename = NULL;
+    e->img.offset = e->img.size = 0;
+    e->img.size_set = false;
+    e->img.snapshot = NULL;
+    r = spec_foreach(spec, "--export", export_key, e);
+    if (r) {
+        return r;
+    }
+    if (!e->name || !e->img.filename) {
+        return cmd_usage_error("serve", "--export needs name=NAME and file=PATH");
+    }
+    o->n_exports++;
     return 0;
 }
 
@@ -175,6 +251,8 @@ enum {
     OPT_TLS_VERIFY_PEER,
     OPT_TLS_AUTHZ,
     OPT_TLS_PRIORITY,
+    OPT_EXPORT,
+    OPT_IDLE_TIMEOUT,
 };
 
 static const struct option serve_long_opts[] = {
@@ -213,6 +291,9 @@ static const struct option serve_long_opts[] = {
     {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY_PEER},
     {"tls-authz", required_argument, NULL, OPT_TLS_AUTHZ},
     {"tls-priority", required_argument, NULL, OPT_TLS_PRIORITY},
+    {"export", required_argument, NULL, OPT_EXPORT},
+    {"max-connections", required_argument, NULL, 'e'},
+    {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {NULL, 0, NULL, 0},
 };
 
@@ -366,6 +447,18 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         case OPT_TLS_PRIORITY:
             o->tls.priority = optarg;
             break;
+        case OPT_EXPORT:
+            if (o->n_specs == SERVE_MAX_EXPORTS) {
+                return cmd_usage_error("serve", "at most %d exports", SERVE_MAX_EXPORTS);
+            }
+            o->export_specs[o->n_specs++] = optarg;
+            break;
+        case OPT_IDLE_TIMEOUT:
+            if (parse_uint(optarg, 0, 86400 * 365, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --idle-timeout '%s'", optarg);
+            }
+            o->srv.idle_timeout_s = (unsigned)v;
+            break;
         case OPT_DEBUG:
             if (debug_flag_set(optarg) < 0) {
                 return cmd_usage_error("serve", "unknown debug flag '%s'", optarg);
@@ -376,17 +469,33 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             return cmd_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind + 1 != argc) {
-        return cmd_usage_error("serve", optind == argc ? "an IMAGE is required"
-                                                       : "only one IMAGE can be served");
+    if (optind + 1 < argc) {
+        return cmd_usage_error("serve", "only one IMAGE can be given; use --export for more");
     }
-    if (o->image_opts) {
-        int r = serve_parse_image_opts(o, argv[optind]);
+    if (optind == argc && o->n_specs == 0) {
+        return cmd_usage_error("serve", "an IMAGE (or --export) is required");
+    }
+    if (optind < argc) {
+        /* The positional IMAGE: export -x NAME (default ""). */
+        if (o->image_opts) {
+            int r = spec_foreach(argv[optind], "--image-opts", image_opts_key, &o->img);
+            if (r) {
+                return r;
+            }
+            if (!o->img.filename) {
+                return cmd_usage_error("serve", "--image-opts: file.filename is missing");
+            }
+        } else {
+            o->img.filename = argv[optind];
+        }
+        o->exports[o->n_exports++] = (struct serve_export){
+            .name = o->export_name, .description = o->description, .img = o->img};
+    }
+    for (unsigned i = 0; i < o->n_specs; i++) {
+        int r = serve_parse_export(o, (char *)o->export_specs[i]);
         if (r) {
             return r;
         }
-    } else {
-        o->img.filename = argv[optind];
     }
     if (o->socket_path && (o->bind_addr || o->port)) {
         return cmd_usage_error("serve", "--socket cannot be combined with --bind or --port");

@@ -74,15 +74,18 @@ static void serve_daemon_ready(int ready_fd)
 {
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 
-    if (devnull >= 0) {
-        dup2(devnull, STDIN_FILENO);
-        dup2(devnull, STDOUT_FILENO);
-        close(devnull);
-    }
     if (write(ready_fd, "o", 1) != 1) {
         /* the parent is gone; nothing to tell */
     }
     close(ready_fd);
+    /* A daemon has no terminal: log to syslog from now on. */
+    log_use_syslog(true);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        dup2(devnull, STDOUT_FILENO);
+        dup2(devnull, STDERR_FILENO);
+        close(devnull);
+    }
 }
 
 static int serve_write_pid_file(const char *path)
@@ -99,14 +102,90 @@ static int serve_write_pid_file(const char *path)
     return 0;
 }
 
+/* systemd socket activation: LISTEN_PID is us, LISTEN_FDS sockets from
+ * fd 3 on.  Returns how many were taken (0: not activated). */
+static int serve_take_activated(struct nbd_server *srv)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    int n, r;
+
+    if (!pid || !fds || atol(pid) != (long)getpid()) {
+        return 0;
+    }
+    n = atoi(fds);
+    for (int i = 0; i < n; i++) {
+        r = nbd_server_add_listen_fd(srv, 3 + i);
+        if (r < 0) {
+            return r;
+        }
+    }
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return n;
+}
+
 static int serve_listen(struct nbd_server *srv, const struct serve_opts *o)
 {
+    int n = serve_take_activated(srv);
+
+    if (n != 0) {
+        if (n > 0 && (o->socket_path || o->bind_addr || o->port)) {
+            return err_setx(EINVAL, "socket activation cannot be combined with -k, -b or -p");
+        }
+        return n < 0 ? n : 0;
+    }
     if (o->socket_path) {
         return nbd_server_listen_unix(srv, o->socket_path);
     }
     char port[16];
     snprintf(port, sizeof port, "%d", NBD_DEFAULT_PORT);
     return nbd_server_listen_tcp(srv, o->bind_addr, o->port ? o->port : port);
+}
+
+/* Open every export's image and hand it to the server. */
+static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
+{
+    for (unsigned i = 0; i < o->n_exports; i++) {
+        struct serve_export *e = &o->exports[i];
+        int r = blk_image_open(&e->opened, &e->img);
+        if (r == 0) {
+            r = nbd_server_add_export(srv, e->name, e->description, e->opened);
+        }
+        if (r < 0) {
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* Flush (before the statistics, so they count it) and close the images. */
+static int serve_close_exports(struct serve_opts *o, bool flush)
+{
+    int status = 0;
+
+    for (unsigned i = 0; i < o->n_exports; i++) {
+        struct serve_export *e = &o->exports[i];
+        if (e->opened && flush && !e->img.read_only && blk_image_flush(e->opened) < 0) {
+            cmd_print_error(-1);
+            status = -1;
+        }
+    }
+    return status;
+}
+
+static int serve_free_exports(struct serve_opts *o)
+{
+    int status = 0;
+
+    for (unsigned i = 0; i < o->n_exports; i++) {
+        if (o->exports[i].opened && blk_image_close(o->exports[i].opened) < 0) {
+            cmd_print_error(-1);
+            status = -1;
+        }
+        o->exports[i].opened = NULL;
+    }
+    return status;
 }
 
 static int serve_run(int argc, char **argv)
@@ -118,7 +197,6 @@ static int serve_run(int argc, char **argv)
                 .handshake_limit_s = SERVE_DEFAULT_HANDSHAKE_LIMIT},
         .export_name = "",
     };
-    struct blk_image *img = NULL;
     struct nbd_server *srv = NULL;
     struct nbd_tls *tls = NULL;
     int ready_fd = -1, r, status = EXIT_ERROR;
@@ -137,13 +215,9 @@ static int serve_run(int argc, char **argv)
         }
         o.srv.tls = tls;
     }
-    r = blk_image_open(&img, &o.img);
-    if (r < 0) {
-        goto out;
-    }
     r = nbd_server_new(&srv, &o.srv);
     if (r == 0) {
-        r = nbd_server_add_export(srv, o.export_name, o.description, img);
+        r = serve_open_exports(&o, srv);
     }
     if (r == 0) {
         r = serve_listen(srv, &o);
@@ -160,21 +234,19 @@ static int serve_run(int argc, char **argv)
         ready_fd = -1;
     }
     r = nbd_server_run(srv);
-    if (r == 0 && !o.img.read_only) {
-        r = blk_image_flush(img); /* before the statistics, so they count it */
+    if (r == 0 && serve_close_exports(&o, true) < 0) {
+        r = -EIO;
     }
     nbd_server_report_stats(srv, stderr);
     status = r < 0 ? EXIT_ERROR : EXIT_OK;
 
 out:
-    if (r < 0) {
+    if (r < 0 && r != -EIO) {
         cmd_print_error(r);
     }
     signal_server = NULL;
     nbd_server_free(srv);
-    r = blk_image_close(img);
-    if (r < 0) {
-        cmd_print_error(r);
+    if (serve_free_exports(&o) < 0) {
         status = EXIT_ERROR;
     }
     nbd_tls_free(tls);

@@ -15,11 +15,31 @@
 #include "internal.h"
 #include "tls.h"
 
+/* Between requests with --idle-timeout: wait for the next request, but
+ * give up once nothing has been in flight for the idle time. */
+static int nbd_conn_wait_idle(struct nbd_conn *c)
+{
+    for (;;) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&p, 1, 1000);
+        if (r > 0) {
+            return 0;
+        }
+        if (r < 0 && errno != EINTR) {
+            return -errno;
+        }
+        if (atomic_load(&c->inflight) == 0 &&
+            clock_ns() - atomic_load(&c->last_active_ns) >= c->idle_ns) {
+            return -ETIMEDOUT;
+        }
+    }
+}
+
 /* Wait until fd is readable or the handshake deadline passes. */
 static int nbd_conn_wait_readable(struct nbd_conn *c)
 {
     if (!c->deadline_ns) {
-        return 0;
+        return c->idle_ns ? nbd_conn_wait_idle(c) : 0;
     }
     for (;;) {
         uint64_t now = clock_ns();

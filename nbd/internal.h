@@ -83,6 +83,9 @@ struct nbd_conn {
     uint8_t *rbuf;
     size_t rpos, rlen;
     uint64_t deadline_ns; /* handshake deadline, 0 = none */
+    uint64_t idle_ns;     /* --idle-timeout in transmission, 0 = none */
+    _Atomic uint64_t last_active_ns;
+    _Atomic unsigned inflight; /* requests read and not yet answered */
 
     pthread_mutex_t write_lock;
 

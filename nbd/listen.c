@@ -1,5 +1,6 @@
 /* nbd/listen.c: listening sockets, unix and TCP (IPv4 and IPv6). */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -13,6 +14,14 @@
 #include "internal.h"
 
 #define LISTEN_BACKLOG 128
+
+static int nbd_add_listener(struct nbd_server *srv, int fd);
+
+int nbd_server_add_listen_fd(struct nbd_server *srv, int fd)
+{
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return nbd_add_listener(srv, fd);
+}
 
 static int nbd_add_listener(struct nbd_server *srv, int fd)
 {

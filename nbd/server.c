@@ -135,7 +135,7 @@ static void *nbd_conn_main(void *arg)
     int r;
 
     log_set_context(c->log_ctx);
-    log_info("connection from %s", c->peer);
+    log_debug("connection from %s", c->peer);
     if (srv->cfg.handshake_limit_s) {
         c->deadline_ns = clock_ns() + (uint64_t)srv->cfg.handshake_limit_s * 1000000000ULL;
     }
@@ -147,12 +147,19 @@ static void *nbd_conn_main(void *arg)
         pthread_mutex_lock(&srv->lock);
         srv->had_client = true;
         pthread_mutex_unlock(&srv->lock);
-        log_info("export '%s'%s", c->exp->name, c->structured ? ", structured replies" : "");
+        log_info("%s opened export '%s'%s%s%s", c->peer, c->exp->name, c->tls ? " over TLS" : "",
+                 c->tls_peer[0] ? " as " : "", c->tls_peer);
+        c->idle_ns = (uint64_t)srv->cfg.idle_timeout_s * 1000000000ULL;
+        atomic_store(&c->last_active_ns, clock_ns());
         nbd_transmission(c);
-        log_info("closed after %" PRIu64 " request(s)", c->requests);
-    } else if (r != -ECONNABORTED) { /* NBD_OPT_ABORT is a clean goodbye */
+        log_info("%s closed export '%s' after %" PRIu64 " request(s)", c->peer, c->exp->name,
+                 c->requests);
+    } else if (r == -ECONNABORTED) { /* NBD_OPT_ABORT is a clean goodbye */
+        log_debug("%s left during the handshake", c->peer);
+    } else {
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
-        log_info("handshake ended: %s", r == -ETIMEDOUT ? "time limit reached" : strerror(-r));
+        log_info("%s dropped during the handshake: %s", c->peer,
+                 r == -ETIMEDOUT ? "time limit reached" : strerror(-r));
     }
     nbd_server_conn_finished(srv, c);
     nbd_conn_free(c);

@@ -20,6 +20,7 @@ struct nbd_server_config {
     unsigned max_connections;   /* -e/--shared: 0 = unlimited (default 1, as qemu-nbd) */
     bool persistent;            /* -t: keep serving after the last client leaves */
     unsigned handshake_limit_s; /* 0 = no limit (default 10) */
+    unsigned idle_timeout_s;    /* 0 = never: close connections idle this long */
     const char *stats_file;     /* --stats: JSON written on SIGUSR1 and at exit */
     struct nbd_tls *tls;        /* credentials, NULL without TLS (not owned) */
     enum nbd_tls_mode tls_mode;
@@ -31,6 +32,8 @@ int nbd_server_add_export(struct nbd_server *srv, const char *name, const char *
                           struct blk_image *img);
 /* Listen on a unix socket (created; removed again at exit). */
 int nbd_server_listen_unix(struct nbd_server *srv, const char *path);
+/* A socket that already listens (systemd socket activation). */
+int nbd_server_add_listen_fd(struct nbd_server *srv, int fd);
 /* Listen on every address host (NULL = all) resolves to. */
 int nbd_server_listen_tcp(struct nbd_server *srv, const char *host, const char *port);
 /* Serve until asked to stop, or until the last client leaves when not

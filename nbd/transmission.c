@@ -435,7 +435,9 @@ static void nbd_worker_loop(struct nbd_conn *c)
         }
         r = nbd_read_request(&w, &req, &payload);
         if (r < 0 || req.type == NBD_CMD_DISC) {
-            if (r < 0 && r != -ECONNRESET && r != -EPROTO) {
+            if (r == -ETIMEDOUT) {
+                log_info("idle for %" PRIu64 " s, closing", c->idle_ns / UINT64_C(1000000000));
+            } else if (r < 0 && r != -ECONNRESET && r != -EPROTO) {
                 log_debug("connection read failed: %s", strerror(-r));
             }
             /* No more requests: the others finish what they run. */
@@ -444,6 +446,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
             break;
         }
         c->requests++;
+        atomic_fetch_add(&c->inflight, 1);
         if (debug_nbd_requests) {
             log_debug("%s flags=0x%x offset=%" PRIu64 " count=%" PRIu32, nbd_cmd_name(req.type),
                       req.flags, req.offset, req.count);
@@ -451,6 +454,8 @@ static void nbd_worker_loop(struct nbd_conn *c)
         nbd_maybe_spawn(c);
         pthread_mutex_unlock(&c->read_lock);
         nbd_finish_request(&w, &req, payload);
+        atomic_store(&c->last_active_ns, clock_ns());
+        atomic_fetch_sub(&c->inflight, 1);
         worker_buf_trim(&w);
     }
     free(w.buf);

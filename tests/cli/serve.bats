@@ -19,7 +19,7 @@ teardown() { cleanup_test; }
 @test "serve without an image is a usage error (exit 2)" {
     run --separate-stderr "$DISKIMG" serve -k "$SOCK"
     assert_failure 2
-    [[ "$stderr" == *"an IMAGE is required"* ]]
+    [[ "$stderr" == *"an IMAGE (or --export) is required"* ]]
 }
 
 @test "serve a missing file: one-line error naming it, exit 1" {
