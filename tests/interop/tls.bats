@@ -1,0 +1,907 @@
+#!/usr/bin/env bats
+# TLS (GnuTLS) in diskimg serve, against real clients: nbdinfo, nbdsh and
+# nbdcopy (libnbd nbds+unix:// URIs), qemu-img and qemu-io (--object
+# tls-creds-x509 / tls-creds-psk), diskimg's own nbds:// client, and a raw
+# client (nbdraw.py + nbdtls.py) for NBD_OPT_STARTTLS itself.
+#
+# setup_file makes, once for the file, with certtool and psktool:
+#   $PKI/server    ca-cert.pem, server-cert.pem, server-key.pem (CN=localhost)
+#   $PKI/client1   ca-cert.pem, client-cert.pem, client-key.pem (CN=client1)
+#   $PKI/client2   the same CA, CN=client2
+#   $PKI/nocert    ca-cert.pem only (a client without a certificate)
+#   $PKI/foreign   our CA's ca-cert.pem, but a client certificate (CN=client1)
+#                  signed by another CA
+#   $PKI/wrongca   another CA's ca-cert.pem (does not trust our server)
+#   $PKI/expired   a server certificate that expired in 2020
+#   $PKI/notyet    a server certificate valid from 2099
+#   $PKI/keys.psk  PSK identities alice and bob; $PKI/alice/keys.psk alice
+#                  only (qemu's tls-creds-psk reads DIR/keys.psk);
+#                  $PKI/mallory/keys.psk an identity the server does not
+#                  know; $PKI/alice-wrong/keys.psk alice with another key
+
+load '../helpers'
+load 'lib'
+
+template() { printf '%s\n' "$@" >"$TMPL"; }
+
+# make_ca DIR: a self-signed CA in DIR (ca-key.pem, ca-cert.pem).
+make_ca() {
+    mkdir -p "$1"
+    template "cn = diskimg test CA $(basename "$1")" ca cert_signing_key "expiration_days = 30"
+    certtool --generate-privkey --key-type=ecdsa --outfile "$1/ca-key.pem" &&
+        certtool --generate-self-signed --load-privkey "$1/ca-key.pem" --template "$TMPL" \
+            --outfile "$1/ca-cert.pem"
+}
+
+# sign CADIR OUTDIR KIND(server|client) TEMPLATE-LINES...: a key and a
+# certificate signed by CADIR's CA, as OUTDIR/KIND-key.pem, KIND-cert.pem.
+sign() {
+    local ca=$1 out=$2 kind=$3
+    shift 3
+    mkdir -p "$out"
+    template "$@"
+    certtool --generate-privkey --key-type=ecdsa --outfile "$out/$kind-key.pem" &&
+        certtool --generate-certificate --load-privkey "$out/$kind-key.pem" \
+            --load-ca-certificate "$ca/ca-cert.pem" --load-ca-privkey "$ca/ca-key.pem" \
+            --template "$TMPL" --outfile "$out/$kind-cert.pem"
+}
+
+SERVER_TMPL=("organization = diskimg test" "cn = localhost" "dns_name = localhost"
+    "ip_address = 127.0.0.1" "ip_address = ::1" tls_www_server encryption_key signing_key)
+
+gen_pki() {
+    TMPL=$PKI/template
+    make_ca "$PKI/ca" && make_ca "$PKI/otherca" || return 1
+    sign "$PKI/ca" "$PKI/server" server "${SERVER_TMPL[@]}" "expiration_days = 30" || return 1
+    sign "$PKI/ca" "$PKI/client1" client "organization = diskimg test" "cn = client1" \
+        tls_www_client encryption_key signing_key "expiration_days = 30" || return 1
+    sign "$PKI/ca" "$PKI/client2" client "organization = diskimg test" "cn = client2" \
+        tls_www_client encryption_key signing_key "expiration_days = 30" || return 1
+    sign "$PKI/otherca" "$PKI/foreign" client "organization = diskimg test" "cn = client1" \
+        tls_www_client encryption_key signing_key "expiration_days = 30" || return 1
+    sign "$PKI/otherca" "$PKI/wrongca" client "organization = diskimg test" "cn = client1" \
+        tls_www_client encryption_key signing_key "expiration_days = 30" || return 1
+    sign "$PKI/ca" "$PKI/expired" server "${SERVER_TMPL[@]}" \
+        'activation_date = "2019-01-01 00:00:00"' 'expiration_date = "2020-01-01 00:00:00"' ||
+        return 1
+    sign "$PKI/ca" "$PKI/notyet" server "${SERVER_TMPL[@]}" \
+        'activation_date = "2099-01-01 00:00:00"' 'expiration_date = "2099-12-31 00:00:00"' ||
+        return 1
+    mkdir -p "$PKI/nocert"
+    local d
+    for d in server client1 client2 foreign nocert expired notyet; do
+        cp "$PKI/ca/ca-cert.pem" "$PKI/$d/"
+    done
+    cp "$PKI/otherca/ca-cert.pem" "$PKI/wrongca/"
+    psktool -u alice -p "$PKI/keys.psk" && psktool -u bob -p "$PKI/keys.psk" || return 1
+    mkdir -p "$PKI/alice" "$PKI/mallory" "$PKI/alice-wrong"
+    grep '^alice:' "$PKI/keys.psk" >"$PKI/alice/keys.psk"
+    psktool -u mallory -p "$PKI/mallory/keys.psk" &&
+        psktool -u alice -p "$PKI/alice-wrong/keys.psk"
+}
+
+setup_file() {
+    require_tool certtool psktool
+    export PKI=$BATS_FILE_TMPDIR/pki
+    mkdir -p "$PKI"
+    # umask 077: private keys and PSK files are 0600, as the server wants.
+    (umask 077 && gen_pki) >"$BATS_FILE_TMPDIR/pki.log" 2>&1 || {
+        cat "$BATS_FILE_TMPDIR/pki.log" >&2
+        return 1
+    }
+    # The DN as RFC 4514 writes it (and certtool -i and openssl
+    # -nameopt RFC2253 print it), and in the order of the certificate
+    # (GnuTLS's gnutls_x509_crt_get_dn, which qemu's authz also uses).
+    export DN1="CN=client1,O=diskimg test" DN1_ENC="O=diskimg test,CN=client1"
+    export DN2_ENC="O=diskimg test,CN=client2"
+}
+
+setup() {
+    setup_test
+    IMG=$TEST_DIR/a.img
+}
+teardown() { cleanup_test; }
+
+# X.509 and PSK URIs of the server on $SOCK (libnbd syntax: PSK identity
+# as the URI's user).
+x509_uri() { echo "nbds+unix:///${2:-}?socket=$SOCK&tls-certificates=$PKI/${1:-client1}"; }
+psk_uri() { echo "nbds+unix://${1:-alice}@/${3:-}?socket=$SOCK&tls-psk-file=${2:-$PKI/keys.psk}"; }
+
+# nbdsh_tls URI SCRIPT: nbdsh connected to URI, then SCRIPT (libnbd
+# allows the local files a TLS URI names only when asked to).
+nbdsh_tls() {
+    nbdsh -c "h.set_uri_allow_local_file(True)" -c "h.connect_uri('$1')" -c "$2"
+}
+
+# start_tls [serve options...]: X.509 server (require mode) on $IMG, any
+# number of clients, persistent.
+start_tls() { start_server -t -e 0 --tls-creds="$PKI/server" "$@" "$IMG"; }
+start_psk() { start_server -t -e 0 --tls-psk="$PKI/keys.psk" "$@" "$IMG"; }
+
+# serve_fails EXPECTED-SUBSTRING serve-options...: the server must refuse
+# to start, exit 1, and say why in exactly one "diskimg: " line naming
+# EXPECTED-SUBSTRING.  (timeout: a server that starts anyway fails the
+# test instead of hanging it.)
+serve_fails() {
+    local want=$1
+    shift
+    run --separate-stderr timeout 20 "$DISKIMG" serve -k "$SOCK" "$@" "$IMG"
+    echo "status $status, stderr: $stderr" >&2
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ $stderr == diskimg:* ]]
+    [[ $stderr == *"$want"* ]]
+}
+
+# ---------------------------------------------------------------------------
+# Real clients, X.509 and PSK
+
+@test "TLS X.509: nbdinfo connects over nbds+unix, plaintext is not offered" {
+    require_tool nbdinfo
+    truncate -s 4M "$IMG"
+    start_tls
+    run nbdinfo "$(x509_uri)"
+    assert_success
+    assert_output --partial "with TLS"
+    assert_output --regexp "export-size: 4194304"
+    run grep "opened export '' over TLS" "$SERVER_LOG"
+    assert_success
+}
+
+@test "TLS X.509: nbdsh writes and reads, the data reaches the file" {
+    require_tool nbdsh
+    truncate -s 4M "$IMG"
+    start_tls
+    run nbdsh_tls "$(x509_uri)" '
+assert h.get_tls_negotiated()
+h.pwrite(b"tls!" * 16384, 1048576)
+h.flush()
+assert h.pread(65536, 1048576) == b"tls!" * 16384
+'
+    assert_success
+    stop_server
+    [[ $(bytes_at "$IMG" 1048576 4) == 746c7321 ]]
+    [[ $(bytes_at "$IMG" $((1048576 + 65532)) 4) == 746c7321 ]]
+    range_is "$IMG" 0 1048576 00
+}
+
+@test "TLS PSK: nbdsh writes and reads as alice, nbdinfo as bob" {
+    require_tool nbdsh nbdinfo
+    truncate -s 4M "$IMG"
+    start_psk
+    run nbdsh_tls "$(psk_uri alice)" '
+assert h.get_tls_negotiated()
+h.pwrite(b"\xa5" * 4096, 8192)
+assert h.pread(4096, 8192) == b"\xa5" * 4096
+'
+    assert_success
+    run nbdinfo --size "$(psk_uri bob)"
+    assert_success
+    assert_output 4194304
+    stop_server
+    range_is "$IMG" 8192 4096 a5
+    grep -q "over TLS as alice" "$SERVER_LOG"
+    grep -q "over TLS as bob" "$SERVER_LOG"
+}
+
+@test "TLS X.509: qemu-io writes and reads with --object tls-creds-x509" {
+    require_tool qemu-io
+    truncate -s 4M "$IMG"
+    start_tls
+    # qemu needs a host name to check the certificate against on a unix socket
+    run qemu-io --object "tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client" \
+        --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0,tls-hostname=localhost" \
+        -c 'write -P 0x5a 65536 128k' -c 'read -P 0x5a 65536 128k'
+    assert_success
+    refute_output --partial "failed"
+    refute_output --partial "Pattern verification"
+    stop_server
+    range_is "$IMG" 65536 131072 5a
+}
+
+@test "TLS X.509: qemu-img convert in and out (server.type=unix syntax), then cmp" {
+    require_tool qemu-img
+    make_pattern "$TEST_DIR/src.img" $((3 * 1048576))
+    truncate -s 3M "$IMG"
+    start_tls
+    local obj="tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client"
+    local nbd="driver=nbd,server.type=unix,server.path=$SOCK,tls-creds=tls0,tls-hostname=localhost"
+    run qemu-img convert -n --object "$obj" -f raw "$TEST_DIR/src.img" \
+        --target-image-opts "$nbd"
+    assert_success
+    run qemu-img convert --object "$obj" --image-opts "$nbd" -O raw "$TEST_DIR/back.img"
+    assert_success
+    stop_server
+    cmp "$TEST_DIR/src.img" "$IMG"
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/back.img"
+}
+
+@test "TLS PSK: qemu-io and qemu-img with --object tls-creds-psk" {
+    require_tool qemu-io qemu-img
+    truncate -s 4M "$IMG"
+    start_psk
+    local obj="tls-creds-psk,id=tls0,dir=$PKI/alice,username=alice,endpoint=client"
+    run qemu-io --object "$obj" --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0" \
+        -c 'write -P 0x3c 0 64k' -c 'read -P 0x3c 0 64k'
+    assert_success
+    refute_output --partial "failed"
+    refute_output --partial "Pattern verification"
+    run qemu-img info --object "$obj" --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0"
+    assert_success
+    assert_output --partial "4 MiB"
+    stop_server
+    range_is "$IMG" 0 65536 3c
+}
+
+@test "TLS: nbdcopy in and out over X.509 and PSK (several connections), then cmp" {
+    require_tool nbdcopy
+    make_pattern "$TEST_DIR/src.img" $((8 * 1048576))
+    truncate -s 8M "$IMG"
+    start_tls
+    run nbdcopy "$TEST_DIR/src.img" "$(x509_uri)"
+    assert_success
+    run nbdcopy "$(x509_uri)" "$TEST_DIR/back.img"
+    assert_success
+    stop_server
+    cmp "$TEST_DIR/src.img" "$IMG"
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/back.img"
+
+    rm -f "$TEST_DIR/back.img"
+    start_psk
+    run nbdcopy "$(psk_uri bob)" "$TEST_DIR/back.img"
+    assert_success
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/back.img"
+}
+
+# ---------------------------------------------------------------------------
+# --tls modes
+
+@test "--tls=require (the default with credentials): plaintext clients get nothing" {
+    require_tool nbdinfo qemu-img nbdsh
+    make_pattern "$IMG" 1048576
+    local before
+    before=$(sha256sum <"$IMG")
+    start_tls -x secret -D "secret description"
+    run nbdinfo --list "nbd+unix:///?socket=$SOCK"
+    assert_failure
+    refute_output --partial "secret"
+    run nbdinfo "nbd+unix:///secret?socket=$SOCK"
+    assert_failure
+    assert_output --partial "TLS"
+    run qemu-img info "nbd+unix:///secret?socket=$SOCK"
+    assert_failure
+    run nbdsh -c "
+h.set_tls(0)
+try:
+    h.connect_uri('nbd+unix:///secret?socket=$SOCK')
+    h.pwrite(b'x' * 512, 0)
+except nbd.Error:
+    pass
+else:
+    raise SystemExit('plaintext client could write')
+"
+    assert_success
+    # ... while a TLS client is served
+    run nbdinfo --size "$(x509_uri client1 secret)"
+    assert_success
+    assert_output 1048576
+    stop_server
+    [[ $(sha256sum <"$IMG") == "$before" ]]
+}
+
+@test "--tls=on: plaintext and TLS clients are both served" {
+    require_tool nbdinfo nbdsh
+    truncate -s 1M "$IMG"
+    start_tls --tls=on
+    run nbdsh -c "
+h.set_tls(0)
+h.connect_uri('nbd+unix:///?socket=$SOCK')
+assert not h.get_tls_negotiated()
+h.pwrite(b'p' * 512, 0)
+"
+    assert_success
+    run nbdsh_tls "$(x509_uri)" '
+assert h.get_tls_negotiated()
+assert h.pread(512, 0) == b"p" * 512
+'
+    assert_success
+    run grep -c "opened export '' over TLS" "$SERVER_LOG"
+    assert_output 1
+}
+
+@test "--tls=off with credentials: plaintext only, STARTTLS gets NBD_REP_ERR_POLICY" {
+    require_tool nbdinfo
+    truncate -s 1M "$IMG"
+    start_tls --tls=off
+    run nbdinfo --size "nbd+unix:///?socket=$SOCK"
+    assert_success
+    run nbdinfo --size "$(x509_uri)"
+    assert_failure
+    run py "$SOCK" <<'EOF'
+import sys
+import nbdraw as n
+c = n.connect(sys.argv[1])
+c.greeting()
+c.send_client_flags()
+rtype, _ = c.option(n.OPT_STARTTLS)
+assert rtype == n.REP_ERR_POLICY, hex(rtype)
+assert c.go() == n.REP_ACK
+EOF
+    assert_success
+}
+
+@test "--tls without credentials, or TLS options without credentials: usage error" {
+    truncate -s 1M "$IMG"
+    run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls=require "$IMG"
+    assert_failure 2
+    [[ $stderr == *tls* ]]
+    run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls-verify-peer "$IMG"
+    assert_failure 2
+    run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls=maybe --tls-creds="$PKI/server" "$IMG"
+    assert_failure 2
+    run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls-creds="$PKI/server" \
+        --tls-psk="$PKI/keys.psk" "$IMG"
+    [[ $status -ne 0 ]]
+    [[ ! -S $SOCK ]]
+}
+
+# ---------------------------------------------------------------------------
+# NBD_OPT_STARTTLS, on the wire
+
+@test "STARTTLS (require): every option but STARTTLS and ABORT gets NBD_REP_ERR_TLS_REQD, nothing leaks" {
+    make_pattern "$IMG" 1048576
+    start_tls -x secret -D "secret description"
+    run py "$SOCK" "$PKI/client1/ca-cert.pem" "$IMG" <<'EOF'
+import struct, sys
+import nbdraw as n
+import nbdtls as t
+
+sock, ca, img = sys.argv[1:]
+want = open(img, "rb").read(65536)
+
+def name_req(name, infos=()):
+    return (struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
+            + b"".join(struct.pack(">H", i) for i in infos))
+
+def meta_req(name):
+    q = b"base:allocation"
+    return name_req(name)[:-2] + struct.pack(">I", 1) + struct.pack(">I", len(q)) + q
+
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+before = [
+    (n.OPT_LIST, b""),
+    (n.OPT_STRUCTURED_REPLY, b""),
+    (n.OPT_INFO, name_req(b"secret", (1, 2))),
+    (n.OPT_GO, name_req(b"secret")),
+    (n.OPT_LIST_META_CONTEXT, meta_req(b"secret")),
+    (n.OPT_SET_META_CONTEXT, meta_req(b"secret")),
+    (n.OPT_GO, name_req(b"no-such-export")),
+    (42, b""),  # an unknown option: TLS first, too
+]
+for opt, data in before:
+    c.send_option(opt, data)
+    ropt, rtype, rdata = c.option_reply()
+    assert ropt == opt, (ropt, opt)
+    assert rtype == t.REP_ERR_TLS_REQD, "option %d before TLS: reply %#x" % (opt, rtype)
+    assert b"secret" not in rdata, rdata
+# TLS, then the same options work
+version = t.starttls(c, ca)
+assert version in ("TLSv1.2", "TLSv1.3"), version
+rtype, replies = c.option(n.OPT_LIST)
+assert rtype == n.REP_ACK and len(replies) == 1, (rtype, replies)
+assert replies[0][1][4:10] == b"secret" and b"secret description" in replies[0][1], replies
+# a second STARTTLS inside TLS is invalid
+rtype, _ = c.option(n.OPT_STARTTLS)
+assert rtype == n.REP_ERR_INVALID, hex(rtype)
+assert c.go(b"secret") == n.REP_ACK
+assert c.size == 1048576
+r = c.read(0, 65536)
+assert r.error == 0 and r.data == want
+c.disconnect()
+
+# NBD_OPT_EXPORT_NAME has no error reply: before TLS the server must hang
+# up, without sending the export's size and flags.
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+c.send_option(n.OPT_EXPORT_NAME, b"secret")
+try:
+    got = c.recv_exact(10)
+except (n.Closed, ConnectionResetError):
+    got = None
+assert got is None, "server answered EXPORT_NAME before TLS: %r" % got
+
+# ABORT before TLS is a clean goodbye
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+c.send_option(n.OPT_ABORT)
+try:
+    _, rtype, _ = c.option_reply()
+    assert rtype == n.REP_ACK, hex(rtype)
+except n.Closed:
+    pass
+print("ok")
+EOF
+    assert_success
+    assert_output ok
+    assert server_alive
+}
+
+@test "STARTTLS (--tls=on): structured replies and meta contexts negotiated in the clear are forgotten" {
+    truncate -s 1M "$IMG"
+    start_tls --tls=on
+    run py "$SOCK" "$PKI/client1/ca-cert.pem" <<'EOF'
+import struct, sys
+import nbdraw as n
+import nbdtls as t
+
+sock, ca = sys.argv[1:]
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+rtype, _ = c.option(n.OPT_STRUCTURED_REPLY)
+assert rtype == n.REP_ACK, hex(rtype)
+q = b"base:allocation"
+rtype, replies = c.option(n.OPT_SET_META_CONTEXT, struct.pack(">I", 0) + struct.pack(">I", 1)
+                          + struct.pack(">I", len(q)) + q)
+assert rtype == n.REP_ACK and len(replies) == 1, (rtype, replies)
+t.starttls(c, ca)
+assert c.go() == n.REP_ACK
+# structured replies were reset: a read gets a simple reply
+r = c.read(0, 4096)
+assert r.error == 0 and r.chunks == [] and r.data == bytes(4096), r
+# and no metadata context is selected any more
+r = c.request(n.CMD_BLOCK_STATUS, 0, 4096)
+assert r.error == n.EINVAL, r
+c.disconnect()
+
+# negotiated again inside TLS, they work
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+t.starttls(c, ca)
+rtype, _ = c.option(n.OPT_STRUCTURED_REPLY)
+assert rtype == n.REP_ACK
+c.structured = True
+assert c.go() == n.REP_ACK
+r = c.read(0, 4096)
+assert r.error == 0 and r.chunks, r
+print("ok")
+EOF
+    assert_success
+    assert_output ok
+}
+
+# ---------------------------------------------------------------------------
+# Who may connect
+
+@test "TLS: a client that does not trust our CA refuses the server (nbdinfo, qemu-img, diskimg)" {
+    require_tool nbdinfo qemu-img
+    truncate -s 1M "$IMG"
+    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$PKI/server" "$IMG"
+    # libnbd checks the server's certificate on TCP (host name localhost)
+    run nbdinfo --size "nbds://localhost:$PORT/?tls-certificates=$PKI/client1"
+    assert_success
+    run nbdinfo --size "nbds://localhost:$PORT/?tls-certificates=$PKI/wrongca"
+    assert_failure
+    assert_output --partial "certificate"
+    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/wrongca,endpoint=client" \
+        --image-opts "driver=nbd,host=localhost,port=$PORT,tls-creds=tls0"
+    assert_failure
+    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client" \
+        --image-opts "driver=nbd,host=localhost,port=$PORT,tls-creds=tls0"
+    assert_success
+    run "$DISKIMG" info --tls-creds="$PKI/wrongca" "nbds://localhost:$PORT/"
+    assert_failure
+    run "$DISKIMG" info --tls-creds="$PKI/client1" "nbds://localhost:$PORT/"
+    assert_success
+    assert_output --partial "1 MiB"
+}
+
+@test "--tls-verify-peer: no client certificate, or one from another CA, is refused" {
+    require_tool nbdinfo qemu-img
+    truncate -s 1M "$IMG"
+    start_tls --tls-verify-peer
+    run nbdinfo --size "$(x509_uri client1)"
+    assert_success
+    run nbdinfo --size "$(x509_uri nocert)"
+    assert_failure
+    run nbdinfo --size "$(x509_uri foreign)"
+    assert_failure
+    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/nocert,endpoint=client" \
+        --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0,tls-hostname=localhost"
+    assert_failure
+    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client" \
+        --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0,tls-hostname=localhost"
+    assert_success
+    # the log says who was let in
+    grep -q "opened export '' over TLS as .*CN=client1" "$SERVER_LOG"
+    assert server_alive
+}
+
+@test "without --tls-verify-peer: a client without a certificate is served" {
+    require_tool nbdinfo
+    truncate -s 1M "$IMG"
+    start_tls
+    run nbdinfo --size "$(x509_uri nocert)"
+    assert_success
+    assert_output 1048576
+}
+
+@test "--tls-authz (X.509, with --tls-verify-peer): only the listed DN gets in" {
+    require_tool nbdinfo nbdsh
+    truncate -s 1M "$IMG"
+    printf '# who may connect\n%s\n' "$DN1_ENC" >"$TEST_DIR/authz"
+    start_tls --tls-verify-peer --tls-authz="$TEST_DIR/authz"
+    run nbdsh_tls "$(x509_uri client1)" 'h.pwrite(b"1" * 512, 0)'
+    assert_success
+    run nbdsh_tls "$(x509_uri client2)" 'h.pwrite(b"2" * 512, 0)'
+    assert_failure
+    # the same DN from another CA is not client1
+    run nbdinfo --size "$(x509_uri foreign)"
+    assert_failure
+    run grep "not in the --tls-authz list" "$SERVER_LOG"
+    assert_success
+    assert_output --partial "client2"
+    stop_server
+    range_is "$IMG" 0 512 31
+}
+
+@test "--tls-authz: a DN written as RFC 4514 (as certtool -i prints it) is accepted" {
+    require_tool nbdinfo certtool
+    truncate -s 1M "$IMG"
+    # what an administrator copies from "certtool -i"
+    run certtool -i --infile "$PKI/client1/client-cert.pem"
+    assert_output --partial "Subject: $DN1"
+    printf '%s\n' "$DN1" >"$TEST_DIR/authz"
+    start_tls --tls-verify-peer --tls-authz="$TEST_DIR/authz"
+    run nbdinfo --size "$(x509_uri client1)"
+    assert_success
+    run nbdinfo --size "$(x509_uri client2)"
+    assert_failure
+}
+
+listening_or_gone() { unix_listening "$SOCK" || ! server_alive; }
+
+@test "--tls-authz without --tls-verify-peer: a listed client gets in (or the server refuses to start)" {
+    require_tool nbdinfo
+    truncate -s 1M "$IMG"
+    printf '%s\n%s\n' "$DN1" "$DN1_ENC" >"$TEST_DIR/authz"
+    "$DISKIMG" serve -t -e 0 -k "$SOCK" --tls-creds="$PKI/server" \
+        --tls-authz="$TEST_DIR/authz" "$IMG" 2>>"$SERVER_LOG" &
+    SERVER_PID=$!
+    wait_until 20 listening_or_gone
+    if ! server_alive; then
+        # refusing the combination (usage error) is a fine answer too
+        wait_exit "$SERVER_PID"
+        SERVER_PID=
+        cat "$SERVER_LOG" >&2
+        [[ $EXIT_STATUS -eq 2 ]]
+        return 0
+    fi
+    run nbdinfo --size "$(x509_uri client1)"
+    assert_success
+    run nbdinfo --size "$(x509_uri client2)"
+    assert_failure
+}
+
+@test "--tls-authz (PSK): only the listed identity gets in" {
+    require_tool nbdinfo
+    truncate -s 1M "$IMG"
+    echo alice >"$TEST_DIR/authz"
+    start_psk --tls-authz="$TEST_DIR/authz"
+    run nbdinfo --size "$(psk_uri alice)"
+    assert_success
+    run nbdinfo --size "$(psk_uri bob)"
+    assert_failure
+    grep -q "'bob' is not in the --tls-authz list" "$SERVER_LOG"
+}
+
+@test "TLS PSK: an unknown identity, or the right identity with the wrong key, is refused" {
+    require_tool nbdinfo qemu-img
+    truncate -s 1M "$IMG"
+    start_psk
+    run nbdinfo --size "$(psk_uri mallory "$PKI/mallory/keys.psk")"
+    assert_failure
+    run nbdinfo --size "$(psk_uri alice "$PKI/alice-wrong/keys.psk")"
+    assert_failure
+    run qemu-img info \
+        --object "tls-creds-psk,id=tls0,dir=$PKI/mallory,username=mallory,endpoint=client" \
+        --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0"
+    assert_failure
+    run "$DISKIMG" info --tls-psk="$PKI/mallory/keys.psk" "nbds+unix:///?socket=$SOCK"
+    assert_failure
+    # no export was opened for any of them, and the server goes on
+    run grep -c "opened export" "$SERVER_LOG"
+    assert_output 0
+    run nbdinfo --size "$(psk_uri alice)"
+    assert_success
+}
+
+@test "TLS: clients sending garbage instead of a TLS handshake do not disturb a good client" {
+    require_nbd_python
+    make_pattern "$IMG" $((4 * 1048576))
+    start_tls
+    run py "$SOCK" "$(x509_uri)" "$IMG" <<'EOF'
+import os, socket, struct, sys
+import nbd
+import nbdraw as n
+
+sock, uri, img = sys.argv[1:]
+want = open(img, "rb").read()
+
+good = nbd.NBD()
+good.set_uri_allow_local_file(True)
+good.connect_uri(uri)
+assert good.get_tls_negotiated()
+
+def check(i):
+    data = bytes([i % 256]) * 65536
+    good.pwrite(data, i * 65536)
+    assert good.pread(65536, i * 65536) == data, "good client: data differs after %d" % i
+
+def after_starttls():
+    c = n.connect(sock)
+    c.greeting()
+    c.send_client_flags()
+    rtype, _ = c.option(n.OPT_STARTTLS)
+    assert rtype == n.REP_ACK, hex(rtype)
+    return c
+
+# 1. random bytes instead of a ClientHello: dropped
+bad = []
+for i in range(8):
+    c = after_starttls()
+    c.send(os.urandom(517))
+    bad.append(c)
+    check(i)
+for c in bad:
+    assert c.is_closed(timeout=20), "garbage after STARTTLS: connection not closed"
+
+# 2. a TLS record header that promises a handshake and never delivers:
+#    held open meanwhile (up to the handshake limit), the good client goes on
+stalled = []
+for i in range(8):
+    c = after_starttls()
+    c.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+    stalled.append(c)
+    check(8 + i)
+
+# 3. a TLS ClientHello (or any garbage) where the NBD client flags belong
+for i in range(4):
+    c = n.connect(sock)
+    c.greeting()
+    c.send(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + os.urandom(160))
+    assert c.is_closed(timeout=20), "garbage instead of client flags: not closed"
+    check(16 + i)
+
+# 4. an option header with garbage before STARTTLS
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+c.send(os.urandom(64))
+assert c.is_closed(timeout=20)
+
+for c in stalled:
+    c.close()
+for i in range(20):
+    check(i)
+good.shutdown()
+print("ok")
+EOF
+    assert_success
+    assert_output ok
+    assert server_alive
+    grep -q "handshake failed" "$SERVER_LOG"
+    run nbdinfo --size "$(x509_uri)"
+    assert_success
+}
+
+# ---------------------------------------------------------------------------
+# Credential errors: exit 1 and one clear line
+
+@test "missing credentials: a missing directory, CA, certificate or key is one clear line" {
+    truncate -s 1M "$IMG"
+    serve_fails "ca-cert.pem" --tls-creds="$TEST_DIR/no-such-dir"
+    mkdir "$TEST_DIR/creds"
+    cp -p "$PKI/server/"*.pem "$TEST_DIR/creds/"
+    rm "$TEST_DIR/creds/server-key.pem"
+    serve_fails "server-key.pem" --tls-creds="$TEST_DIR/creds"
+    cp -p "$PKI/server/server-key.pem" "$TEST_DIR/creds/"
+    rm "$TEST_DIR/creds/server-cert.pem"
+    serve_fails "server-cert.pem" --tls-creds="$TEST_DIR/creds"
+    cp -p "$PKI/server/server-cert.pem" "$TEST_DIR/creds/"
+    rm "$TEST_DIR/creds/ca-cert.pem"
+    serve_fails "ca-cert.pem" --tls-creds="$TEST_DIR/creds"
+    serve_fails "no-such.psk" --tls-psk="$TEST_DIR/no-such.psk"
+    serve_fails "no-such-authz" --tls-creds="$PKI/server" --tls-authz="$TEST_DIR/no-such-authz"
+    [[ ! -S $SOCK ]]
+}
+
+@test "unreadable credentials (server run as nobody): one clear line naming the file" {
+    require_tool setpriv
+    [[ $EUID -eq 0 ]] || skip "needs root to run the server as another user"
+    truncate -s 1M "$IMG"
+    chmod 755 "$TEST_DIR"
+    chmod 666 "$IMG"
+    # nobody must be able to create the socket
+    mkdir -m 777 "$TEST_DIR/run"
+    SOCK=$TEST_DIR/run/nbd.sock
+    local d=$TEST_DIR/creds
+    mkdir "$d"
+    cp "$PKI/server/"*.pem "$d/"
+    chown -R nobody "$d"
+    chmod 755 "$d"
+    chmod 644 "$d/ca-cert.pem" "$d/server-cert.pem"
+    chmod 600 "$d/server-key.pem"
+    local as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups --)
+    # readable by nobody: starts (sanity check of the setup)
+    "${as_nobody[@]}" "$DISKIMG" serve -k "$SOCK" --tls-creds="$d" "$IMG" 2>>"$SERVER_LOG" &
+    SERVER_PID=$!
+    wait_for_server
+    stop_server
+    # the key belongs to root: nobody cannot read it
+    chown root "$d/server-key.pem"
+    run --separate-stderr timeout 20 "${as_nobody[@]}" "$DISKIMG" serve -k "$SOCK" \
+        --tls-creds="$d" "$IMG"
+    echo "status $status: $stderr" >&2
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ $stderr == *server-key.pem* && $stderr == *"ermission denied"* ]]
+    chown nobody "$d/server-key.pem"
+    chmod 600 "$d/ca-cert.pem"
+    chown root "$d/ca-cert.pem"
+    run --separate-stderr timeout 20 "${as_nobody[@]}" "$DISKIMG" serve -k "$SOCK" \
+        --tls-creds="$d" "$IMG"
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ $stderr == *ca-cert.pem* && $stderr == *"ermission denied"* ]]
+    # a PSK file nobody cannot read
+    cp "$PKI/keys.psk" "$d/keys.psk"
+    chmod 600 "$d/keys.psk"
+    run --separate-stderr timeout 20 "${as_nobody[@]}" "$DISKIMG" serve -k "$SOCK" \
+        --tls-psk="$d/keys.psk" "$IMG"
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ $stderr == *keys.psk* && $stderr == *"ermission denied"* ]]
+}
+
+@test "a private key or PSK file readable by group or others is refused, with the fix" {
+    truncate -s 1M "$IMG"
+    mkdir "$TEST_DIR/creds"
+    cp "$PKI/server/"*.pem "$TEST_DIR/creds/"
+    local mode
+    for mode in 640 604 644; do
+        chmod "$mode" "$TEST_DIR/creds/server-key.pem"
+        serve_fails "server-key.pem" --tls-creds="$TEST_DIR/creds"
+        [[ $stderr == *"$mode"* || $stderr == *group* || $stderr == *others* ]]
+    done
+    # certificates may be world-readable
+    chmod 600 "$TEST_DIR/creds/server-key.pem"
+    chmod 644 "$TEST_DIR/creds/server-cert.pem" "$TEST_DIR/creds/ca-cert.pem"
+    start_server -t --tls-creds="$TEST_DIR/creds" "$IMG"
+    stop_server
+    cp "$PKI/keys.psk" "$TEST_DIR/keys.psk"
+    chmod 644 "$TEST_DIR/keys.psk"
+    serve_fails "keys.psk" --tls-psk="$TEST_DIR/keys.psk"
+}
+
+@test "an expired or not yet valid server certificate is refused at start, in one line" {
+    truncate -s 1M "$IMG"
+    serve_fails "server-cert.pem" --tls-creds="$PKI/expired"
+    [[ $stderr == *expired* ]]
+    serve_fails "server-cert.pem" --tls-creds="$PKI/notyet"
+    [[ $stderr == *"not valid yet"* || $stderr == *"not yet"* ]]
+}
+
+@test "a malformed certificate or PSK file is one clear line, not a crash" {
+    truncate -s 1M "$IMG"
+    mkdir "$TEST_DIR/creds"
+    cp "$PKI/server/"*.pem "$TEST_DIR/creds/"
+    echo "not a certificate" >"$TEST_DIR/creds/server-cert.pem"
+    serve_fails "server-cert.pem" --tls-creds="$TEST_DIR/creds"
+    cp "$PKI/server/server-cert.pem" "$TEST_DIR/creds/"
+    # a key that does not belong to the certificate
+    cp "$PKI/client1/client-key.pem" "$TEST_DIR/creds/server-key.pem"
+    serve_fails "server-" --tls-creds="$TEST_DIR/creds"
+}
+
+# ---------------------------------------------------------------------------
+# Priority string
+
+# tls_version [VERSION]: the TLS version a raw client negotiates (pinned to
+# VERSION if given), or "refused".
+tls_version() {
+    py "$SOCK" "$PKI/client1/ca-cert.pem" "${1:-}" <<'EOF'
+import sys
+import nbdraw as n
+import nbdtls as t
+c = n.connect(sys.argv[1])
+c.greeting()
+c.send_client_flags()
+try:
+    v = t.starttls(c, sys.argv[2], version=sys.argv[3] or None)
+    assert c.go() == n.REP_ACK
+    assert c.read(0, 512).error == 0
+    print(v)
+except (t.HandshakeFailed, n.Closed, ConnectionResetError):
+    print("refused")
+EOF
+}
+
+@test "--tls-priority: the default refuses TLS 1.1; a priority string changes what is offered" {
+    truncate -s 1M "$IMG"
+    start_tls
+    run tls_version
+    assert_output TLSv1.3
+    run tls_version TLSv1_2
+    assert_output TLSv1.2
+    run tls_version TLSv1_1
+    assert_output refused
+    stop_server
+
+    start_tls --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.2
+    run tls_version
+    assert_output TLSv1.2
+    run tls_version TLSv1_3
+    assert_output refused
+    stop_server
+
+    start_tls --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.3
+    run tls_version TLSv1_2
+    assert_output refused
+    run tls_version TLSv1_3
+    assert_output TLSv1.3
+    stop_server
+
+    # GnuTLS's NORMAL still allows TLS 1.1: so the refusal above is the
+    # default priority string's doing, not the client's
+    start_tls --tls-priority=NORMAL
+    run tls_version TLSv1_1
+    assert_output TLSv1.1
+    stop_server
+
+    serve_fails "NOT-A-PRIORITY" --tls-creds="$PKI/server" --tls-priority=NOT-A-PRIORITY
+}
+
+# ---------------------------------------------------------------------------
+# diskimg's own client
+
+@test "diskimg info and convert over nbds+unix:// (X.509 and PSK)" {
+    make_pattern "$TEST_DIR/src.img" $((2 * 1048576))
+    truncate -s 2M "$IMG"
+    start_tls
+    run "$DISKIMG" info --tls-creds="$PKI/client1" "nbds+unix:///?socket=$SOCK"
+    assert_success
+    assert_output --partial "2 MiB"
+    # the same server without TLS: refused, and the message says why
+    run --separate-stderr "$DISKIMG" info "nbd+unix:///?socket=$SOCK"
+    assert_failure
+    [[ $stderr == *TLS* ]]
+    run "$DISKIMG" convert -q -n -O raw "$TEST_DIR/src.img" "nbds+unix:///?socket=$SOCK" \
+        --tls-creds="$PKI/client1"
+    assert_success
+    run "$DISKIMG" convert -q -O raw "nbds+unix:///?socket=$SOCK" "$TEST_DIR/back.img" \
+        --tls-creds="$PKI/client1"
+    assert_success
+    stop_server
+    cmp "$TEST_DIR/src.img" "$IMG"
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/back.img"
+
+    : >"$IMG"
+    truncate -s 2M "$IMG"
+    start_psk
+    run "$DISKIMG" info --tls-psk="$PKI/keys.psk" --tls-username=bob "nbds+unix:///?socket=$SOCK"
+    assert_success
+    assert_output --partial "2 MiB"
+    run "$DISKIMG" convert -q -n -O raw "$TEST_DIR/src.img" "nbds+unix:///?socket=$SOCK" \
+        --tls-psk="$PKI/keys.psk" --tls-username=alice
+    assert_success
+    stop_server
+    cmp "$TEST_DIR/src.img" "$IMG"
+    grep -q "over TLS as bob" "$SERVER_LOG"
+    grep -q "over TLS as alice" "$SERVER_LOG"
+}
