@@ -174,13 +174,22 @@ struct blk_snapshot_info {
 struct blk_info_field {
     const char *key;
     const char *label;
-    enum { BLK_INFO_STR, BLK_INFO_INT, BLK_INFO_BOOL } type;
+    /* BLK_INFO_BITMAPS: the image's bitmap list goes here. */
+    enum { BLK_INFO_STR, BLK_INFO_INT, BLK_INFO_BOOL, BLK_INFO_BITMAPS } type;
     const char *s;
     int64_t i;
     bool b;
 };
 
 #define BLK_INFO_MAX_FIELDS 16
+
+/* A persistent dirty bitmap, as qemu-img info lists it. */
+struct blk_bitmap_info {
+    char *name;
+    uint64_t granularity;
+    bool in_use;  /* may be inconsistent: not saved cleanly */
+    bool enabled; /* "auto": writers must record into it */
+};
 
 struct blk_image_info {
     const char *format;
@@ -193,12 +202,19 @@ struct blk_image_info {
     char *full_backing_file; /* resolved against the image's directory */
     struct blk_snapshot_info *snapshots;
     unsigned n_snapshots;
+    struct blk_bitmap_info *bitmaps;
+    unsigned n_bitmaps;
     struct blk_info_field fields[BLK_INFO_MAX_FIELDS];
     unsigned n_fields;
 };
 
 int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);
 void blk_image_info_free(struct blk_image_info *info);
+
+/* Load the image's persistent dirty bitmap name (qcow2) into memory;
+ * free it with blk_bitmap_free (block/bitmap.h). */
+struct blk_bitmap;
+int blk_image_load_bitmap(struct blk_image *img, const char *name, struct blk_bitmap **out);
 
 /* ---- Copying (convert) ---- */
 

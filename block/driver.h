@@ -93,6 +93,8 @@ struct blk_driver {
     int (*truncate)(struct blk_node *n, uint64_t len);
     /* Fill what the format knows (all but format and actual_size). */
     int (*get_info)(struct blk_node *n, struct blk_image_info *info);
+    /* Load persistent dirty bitmap name into memory (formats). */
+    int (*load_bitmap)(struct blk_node *n, const char *name, struct blk_bitmap **out);
     /* Host bytes the node uses (protocols). */
     int64_t (*allocated_size)(struct blk_node *n);
     /* Format a newly created (empty) protocol node. */

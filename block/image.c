@@ -259,7 +259,22 @@ void blk_image_info_free(struct blk_image_info *info)
         free(info->snapshots[i].name);
     }
     free(info->snapshots);
+    for (unsigned i = 0; i < info->n_bitmaps; i++) {
+        free(info->bitmaps[i].name);
+    }
+    free(info->bitmaps);
     memset(info, 0, sizeof *info);
+}
+
+int blk_image_load_bitmap(struct blk_image *img, const char *name, struct blk_bitmap **out)
+{
+    struct blk_node *n = img->root;
+
+    if (!n->drv->load_bitmap) {
+        return err_setx(ENOTSUP, "%s: the %s format has no persistent bitmaps", n->filename,
+                        n->drv->name);
+    }
+    return n->drv->load_bitmap(n, name, out);
 }
 
 int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,

@@ -33,6 +33,46 @@ static void info_usage(FILE *f)
            "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-info(1).\n");
 }
 
+/* Persistent bitmaps, as qemu-img lists them: flags in-use, then auto. */
+static void info_bitmaps_json(struct json_writer *w, const struct blk_image_info *in)
+{
+    json_begin_array(w, "bitmaps");
+    for (unsigned i = 0; i < in->n_bitmaps; i++) {
+        const struct blk_bitmap_info *bm = &in->bitmaps[i];
+        json_begin_object(w, NULL);
+        json_begin_array(w, "flags");
+        if (bm->in_use) {
+            json_str(w, NULL, "in-use");
+        }
+        if (bm->enabled) {
+            json_str(w, NULL, "auto");
+        }
+        json_end_array(w);
+        json_str(w, "name", bm->name);
+        json_uint(w, "granularity", bm->granularity);
+        json_end_object(w);
+    }
+    json_end_array(w);
+}
+
+static void info_bitmaps_human(const struct blk_image_info *in)
+{
+    printf("    bitmaps:\n");
+    for (unsigned i = 0; i < in->n_bitmaps; i++) {
+        const struct blk_bitmap_info *bm = &in->bitmaps[i];
+        unsigned k = 0;
+        printf("        [%u]:\n            flags:\n", i);
+        if (bm->in_use) {
+            printf("                [%u]: in-use\n", k++);
+        }
+        if (bm->enabled) {
+            printf("                [%u]: auto\n", k++);
+        }
+        printf("            name: %s\n            granularity: %" PRIu64 "\n", bm->name,
+               bm->granularity);
+    }
+}
+
 static void info_json(struct json_writer *w, const char *filename, const struct blk_image_info *in)
 {
     json_begin_object(w, NULL);
@@ -80,6 +120,9 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
                 break;
             case BLK_INFO_BOOL:
                 json_bool(w, f->key, f->b);
+                break;
+            case BLK_INFO_BITMAPS:
+                info_bitmaps_json(w, in);
                 break;
             }
         }
@@ -161,6 +204,9 @@ static void info_human(const char *filename, const struct blk_image_info *in)
                 break;
             case BLK_INFO_BOOL:
                 printf("    %s: %s\n", f->label, f->b ? "true" : "false");
+                break;
+            case BLK_INFO_BITMAPS:
+                info_bitmaps_human(in);
                 break;
             }
         }

@@ -33,11 +33,14 @@ void serve_usage(FILE *f)
             "  -D, --description=TEXT   export description\n"
             "  -r, --read-only          export read-only\n"
             "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
+            "  -B, --bitmap=NAME        qcow2: offer persistent bitmap NAME as the meta context\n"
+            "                           qemu:dirty-bitmap:NAME (repeatable; an enabled bitmap\n"
+            "                           needs -r, since diskimg does not record writes in it)\n"
             "      --export=SPEC        one more export (repeatable): name=NAME,file=PATH and\n"
             "                           optionally format=, read-only=on, description=,\n"
-            "                           snapshot=, cache=, aio=, discard=, detect-zeroes=,\n"
-            "                           l2-cache-size=, offset=, size=; the image options\n"
-            "                           above are its defaults\n"
+            "                           snapshot=, bitmap= (repeatable), cache=, aio=,\n"
+            "                           discard=, detect-zeroes=, l2-cache-size=, offset=,\n"
+            "                           size=; the image options above are its defaults\n"
             "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
             "                           image, at most 32M); refcount cache is a quarter of it\n"
             "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
@@ -187,6 +190,15 @@ static int image_opts_key(void *opaque, const char *key, const char *value)
     return r == 1 ? cmd_usage_error("serve", "--image-opts: unknown option '%s'", key) : r;
 }
 
+static int add_bitmap(const char **list, unsigned *n, const char *name)
+{
+    if (*n == NBD_MAX_BITMAPS) {
+        return cmd_usage_error("serve", "at most %d bitmaps per export", NBD_MAX_BITMAPS);
+    }
+    list[(*n)++] = name;
+    return 0;
+}
+
 static int export_key(void *opaque, const char *key, const char *value)
 {
     struct serve_export *e = opaque;
@@ -199,6 +211,9 @@ static int export_key(void *opaque, const char *key, const char *value)
     if (strcmp(key, "description") == 0) {
         e->description = value;
         return 0;
+    }
+    if (strcmp(key, "bitmap") == 0) {
+        return add_bitmap(e->bitmaps, &e->n_bitmaps, value);
     }
     r = image_key(&e->img, key, value, "--export");
     return r == 1 ? cmd_usage_error("serve", "--export: unknown key '%s'", key) : r;
@@ -266,6 +281,7 @@ static const struct option serve_long_opts[] = {
     {"description", required_argument, NULL, 'D'},
     {"read-only", no_argument, NULL, 'r'},
     {"load-snapshot", required_argument, NULL, 'l'},
+    {"bitmap", required_argument, NULL, 'B'},
     {"l2-cache-size", required_argument, NULL, OPT_L2_CACHE},
     {"offset", required_argument, NULL, 'o'},
     {"size", required_argument, NULL, OPT_SIZE},
@@ -304,7 +320,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
     int c;
 
     opterr = 0; /* our own messages, in our own format */
-    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rl:o:ne:tv", serve_long_opts, NULL)) !=
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rl:B:o:ne:tv", serve_long_opts, NULL)) !=
            -1) {
         switch (c) {
         case 'h':
@@ -345,6 +361,13 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             o->img.snapshot = optarg;
             o->img.read_only = true; /* a snapshot is served read-only */
             break;
+        case 'B': {
+            int r = add_bitmap(o->bitmaps, &o->n_bitmaps, optarg);
+            if (r) {
+                return r;
+            }
+            break;
+        }
         case OPT_L2_CACHE:
             if (parse_size(optarg, &o->img.l2_cache_bytes) < 0 || o->img.l2_cache_bytes == 0) {
                 return cmd_usage_error("serve", "invalid --l2-cache-size '%s'", optarg);
@@ -488,8 +511,13 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         } else {
             o->img.filename = argv[optind];
         }
-        o->exports[o->n_exports++] = (struct serve_export){
+        struct serve_export *e = &o->exports[o->n_exports++];
+        *e = (struct serve_export){
             .name = o->export_name, .description = o->description, .img = o->img};
+        memcpy(e->bitmaps, o->bitmaps, sizeof e->bitmaps);
+        e->n_bitmaps = o->n_bitmaps;
+    } else if (o->n_bitmaps) {
+        return cmd_usage_error("serve", "-B applies to IMAGE; give an --export bitmap= instead");
     }
     for (unsigned i = 0; i < o->n_specs; i++) {
         int r = serve_parse_export(o, (char *)o->export_specs[i]);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/bitmap.h"
 #include "cmd.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -143,16 +144,43 @@ static int serve_listen(struct nbd_server *srv, const struct serve_opts *o)
     return nbd_server_listen_tcp(srv, o->bind_addr, o->port ? o->port : port);
 }
 
+/* Load the bitmaps an export offers.  An enabled bitmap on a writable
+ * export would go stale with the first write, since we record none. */
+static int serve_load_bitmaps(const struct serve_export *e, struct blk_bitmap **bms)
+{
+    for (unsigned i = 0; i < e->n_bitmaps; i++) {
+        int r = blk_image_load_bitmap(e->opened, e->bitmaps[i], &bms[i]);
+        if (r < 0) {
+            return r;
+        }
+        if (bms[i]->enabled && !e->img.read_only) {
+            return err_setx(EINVAL,
+                            "%s: bitmap '%s' is enabled and the export is writable: diskimg "
+                            "records no writes in bitmaps; export it with -r (read-only=on) "
+                            "or disable it (qemu-img bitmap --disable)",
+                            e->img.filename, e->bitmaps[i]);
+        }
+    }
+    return 0;
+}
+
 /* Open every export's image and hand it to the server. */
 static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
 {
     for (unsigned i = 0; i < o->n_exports; i++) {
         struct serve_export *e = &o->exports[i];
+        struct blk_bitmap *bms[NBD_MAX_BITMAPS] = {NULL};
         int r = blk_image_open(&e->opened, &e->img);
         if (r == 0) {
-            r = nbd_server_add_export(srv, e->name, e->description, e->opened);
+            r = serve_load_bitmaps(e, bms);
+        }
+        if (r == 0) {
+            r = nbd_server_add_export(srv, e->name, e->description, e->opened, bms, e->n_bitmaps);
         }
         if (r < 0) {
+            for (unsigned k = 0; k < e->n_bitmaps; k++) {
+                blk_bitmap_free(bms[k]);
+            }
             return r;
         }
     }

@@ -18,6 +18,8 @@ struct serve_export {
     const char *name;
     const char *description;
     struct blk_image_opts img;
+    const char *bitmaps[NBD_MAX_BITMAPS]; /* -B / bitmap=: exported dirty bitmaps */
+    unsigned n_bitmaps;
     struct blk_image *opened;
 };
 
@@ -29,6 +31,8 @@ struct serve_opts {
     const char *port;
     const char *export_name;
     const char *description;
+    const char *bitmaps[NBD_MAX_BITMAPS]; /* -B, for the positional IMAGE */
+    unsigned n_bitmaps;
     const char *pid_file;
     bool image_opts;
     bool fork;

@@ -78,14 +78,14 @@ static void json_open(struct json_writer *w, const char *key, char c)
     }
 }
 
+/* Like qemu's pretty printer, an empty container too gets its closing
+ * bracket on a line of its own. */
 static void json_close(struct json_writer *w, char c)
 {
-    bool empty = w->first[w->depth];
-
     if (w->depth > 0) {
         w->depth--;
     }
-    if (!empty && !w->compact) {
+    if (!w->compact) {
         fputc('\n', w->f);
         for (int i = 0; i < w->depth; i++) {
             fputs("    ", w->f);

@@ -1,24 +1,37 @@
 /* nbd/handshake-meta.c: NBD_OPT_LIST_META_CONTEXT and
  * NBD_OPT_SET_META_CONTEXT.  We offer "base:allocation" and, as qemu-nbd
- * does, "qemu:allocation-depth"; queries for namespaces or names we do not
+ * does, "qemu:allocation-depth" and "qemu:dirty-bitmap:NAME" for each
+ * bitmap the export was given; queries for namespaces or names we do not
  * know are ignored, as the spec requires. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/bitmap.h"
 #include "common/cleanup.h"
 #include "handshake.h"
 #include "names.h"
 
-const char *nbd_meta_name(enum nbd_meta_context m)
+unsigned nbd_meta_count(const struct nbd_export *e)
 {
-    static const char *const names[NBD_META_COUNT] = {
-        [NBD_META_BASE_ALLOCATION] = "base:allocation",
-        [NBD_META_ALLOCATION_DEPTH] = "qemu:allocation-depth",
-    };
-    return names[m];
+    return NBD_META_DIRTY_BITMAP + e->n_bitmaps;
+}
+
+const char *nbd_meta_name(const struct nbd_export *e, unsigned i, char *buf, size_t size)
+{
+    switch (i) {
+    case NBD_META_BASE_ALLOCATION:
+        return "base:allocation";
+    case NBD_META_ALLOCATION_DEPTH:
+        return "qemu:allocation-depth";
+    default:
+        snprintf(buf, size, "%s%s", NBD_DIRTY_BITMAP_PREFIX,
+                 e->bitmaps[i - NBD_META_DIRTY_BITMAP]->name);
+        return buf;
+    }
 }
 
 /* A cursor over option data that never reads past the end. */
@@ -50,19 +63,25 @@ static bool cursor_string(struct opt_cursor *cur, uint32_t len, const char **s)
     return true;
 }
 
-/* Which of our contexts does one query select?  "ns:" lists a namespace
- * (LIST only); a full name selects that context. */
-static void meta_match(const char *q, uint32_t qlen, bool list, bool sel[NBD_META_COUNT])
+/* Which contexts of export e does one query select?  A full name selects
+ * that context; in LIST only, "ns:" selects a namespace and
+ * "qemu:dirty-bitmap:" every bitmap, as qemu-nbd answers. */
+static void meta_match(const struct nbd_export *e, const char *q, uint32_t qlen, bool list,
+                       bool sel[NBD_META_MAX])
 {
-    for (int m = 0; m < NBD_META_COUNT; m++) {
-        const char *name = nbd_meta_name((enum nbd_meta_context)m);
-        const char *colon = strchr(name, ':');
-        size_t nslen = (size_t)(colon - name) + 1;
+    for (unsigned i = 0; i < nbd_meta_count(e); i++) {
+        char buf[NBD_META_NAME_MAX];
+        const char *name = nbd_meta_name(e, i, buf, sizeof buf);
+        size_t nslen = (size_t)(strchr(name, ':') - name) + 1;
+        size_t plen = strlen(NBD_DIRTY_BITMAP_PREFIX);
 
         if (qlen == strlen(name) && memcmp(q, name, qlen) == 0) {
-            sel[m] = true;
+            sel[i] = true;
         } else if (list && qlen == nslen && memcmp(q, name, nslen) == 0) {
-            sel[m] = true;
+            sel[i] = true;
+        } else if (list && i >= NBD_META_DIRTY_BITMAP && qlen == plen &&
+                   memcmp(q, NBD_DIRTY_BITMAP_PREFIX, plen) == 0) {
+            sel[i] = true;
         }
     }
 }
@@ -71,7 +90,8 @@ int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uin
 {
     bool list = opt == NBD_OPT_LIST_META_CONTEXT;
     struct opt_cursor cur = {data, len};
-    bool sel[NBD_META_COUNT] = {false};
+    bool sel[NBD_META_MAX] = {false};
+    const struct nbd_export *e;
     uint32_t namelen, nq;
     const char *name;
     char export_name[NBD_MAX_STRING + 1];
@@ -88,6 +108,7 @@ int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uin
     }
     memcpy(export_name, name, namelen);
     export_name[namelen] = '\0';
+    e = nbd_find_export(c->srv, export_name);
     for (uint32_t i = 0; i < nq; i++) {
         uint32_t qlen;
         const char *q;
@@ -96,29 +117,32 @@ int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uin
             return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
                                      "%s: query %" PRIu32 " is malformed", nbd_opt_name(opt), i);
         }
-        meta_match(q, qlen, list, sel);
+        if (e) {
+            meta_match(e, q, qlen, list, sel);
+        }
     }
     if (cur.left != 0) {
         return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID, "%s: trailing data",
                                  nbd_opt_name(opt));
     }
-    if (!nbd_find_export(c->srv, export_name)) {
+    if (!e) {
         return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNKNOWN, "export '%s' not found", export_name);
     }
     if (list && nq == 0) {
-        for (int m = 0; m < NBD_META_COUNT; m++) {
+        for (unsigned m = 0; m < nbd_meta_count(e); m++) {
             sel[m] = true;
         }
     }
-    for (int m = 0; m < NBD_META_COUNT; m++) {
+    for (unsigned m = 0; m < nbd_meta_count(e); m++) {
         if (!sel[m]) {
             continue;
         }
-        const char *mname = nbd_meta_name((enum nbd_meta_context)m);
+        char nbuf[NBD_META_NAME_MAX];
+        const char *mname = nbd_meta_name(e, m, nbuf, sizeof nbuf);
         size_t ml = strlen(mname);
-        uint8_t buf[4 + 64];
+        uint8_t buf[4 + NBD_META_NAME_MAX];
         /* LIST replies carry id 0, as the spec recommends. */
-        uint32_t id = htobe32(list ? 0 : nbd_meta_id((enum nbd_meta_context)m));
+        uint32_t id = htobe32(list ? 0 : nbd_meta_id(m));
 
         memcpy(buf, &id, 4);
         memcpy(buf + 4, mname, ml);

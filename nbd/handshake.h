@@ -13,11 +13,15 @@ int nbd_opt_reply_err(struct nbd_conn *c, uint32_t opt, uint32_t type, const cha
 bool nbd_valid_name(const char *s, uint32_t len);
 /* NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. */
 int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len);
-/* Name of a context we offer, and its id on the wire. */
-const char *nbd_meta_name(enum nbd_meta_context m);
-static inline uint32_t nbd_meta_id(enum nbd_meta_context m)
+/* Contexts export e offers; the name of context i (buf holds it when it
+ * is not a constant); its id on the wire. */
+#define NBD_DIRTY_BITMAP_PREFIX "qemu:dirty-bitmap:"
+#define NBD_META_NAME_MAX 1100 /* prefix + a qcow2 bitmap name (at most 1023) */
+unsigned nbd_meta_count(const struct nbd_export *e);
+const char *nbd_meta_name(const struct nbd_export *e, unsigned i, char *buf, size_t size);
+static inline uint32_t nbd_meta_id(unsigned i)
 {
-    return (uint32_t)m + 1;
+    return i + 1;
 }
 
 #endif

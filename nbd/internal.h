@@ -20,19 +20,22 @@ struct nbd_tls_session;
 #define NBD_MAX_LISTENERS 16
 #define NBD_MAX_OPTION_LEN (64u << 10) /* larger option payloads end the connection */
 #define NBD_RBUF_SIZE (64u << 10)      /* receive buffer per connection */
-#define NBD_META_MAX 4                 /* metadata contexts we may select */
 
-/* Metadata contexts the server offers (ids on the wire are index + 1). */
+/* Metadata contexts an export offers, by index (ids on the wire are
+ * index + 1): the two every export has, then one per exported bitmap. */
 enum nbd_meta_context {
     NBD_META_BASE_ALLOCATION,  /* base:allocation: hole and zero flags */
     NBD_META_ALLOCATION_DEPTH, /* qemu:allocation-depth: backing chain layer */
-    NBD_META_COUNT
+    NBD_META_DIRTY_BITMAP,     /* qemu:dirty-bitmap:NAME, first of n_bitmaps */
 };
+#define NBD_META_MAX (NBD_META_DIRTY_BITMAP + NBD_MAX_BITMAPS)
 
 struct nbd_export {
     char *name;
     char *description;
     struct blk_image *img;
+    struct blk_bitmap *bitmaps[NBD_MAX_BITMAPS]; /* owned */
+    unsigned n_bitmaps;
     struct nbd_export *next;
 };
 
@@ -97,8 +100,8 @@ struct nbd_conn {
     bool structured;
     bool no_zeroes;
     uint16_t eflags;
-    bool meta_selected[NBD_META_COUNT];
-    char *meta_export; /* export the selection was made for */
+    bool meta_selected[NBD_META_MAX]; /* by context index, for meta_export */
+    char *meta_export;                /* export the selection was made for */
 
     /* Workers */
     pthread_mutex_t lock;

@@ -103,6 +103,7 @@
 /* base:allocation */
 #define NBD_STATE_HOLE (1u << 0)
 #define NBD_STATE_ZERO (1u << 1)
+#define NBD_STATE_DIRTY (1u << 0) /* qemu:dirty-bitmap:NAME */
 
 /* Error values */
 #define NBD_EPERM 1

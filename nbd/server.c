@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "block/bitmap.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -51,10 +52,13 @@ int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg)
 }
 
 int nbd_server_add_export(struct nbd_server *srv, const char *name, const char *description,
-                          struct blk_image *img)
+                          struct blk_image *img, struct blk_bitmap **bitmaps, unsigned n_bitmaps)
 {
     struct nbd_export *e, **tail = &srv->exports;
 
+    if (n_bitmaps > NBD_MAX_BITMAPS) {
+        return err_setx(EINVAL, "export '%s': at most %d bitmaps", name, NBD_MAX_BITMAPS);
+    }
     if (strlen(name) > NBD_MAX_STRING || (description && strlen(description) > NBD_MAX_STRING)) {
         return err_setx(EINVAL, "export name or description longer than %d bytes", NBD_MAX_STRING);
     }
@@ -71,6 +75,10 @@ int nbd_server_add_export(struct nbd_server *srv, const char *name, const char *
         return err_set(ENOMEM, "export");
     }
     e->img = img;
+    for (unsigned i = 0; i < n_bitmaps; i++) {
+        e->bitmaps[i] = bitmaps[i];
+    }
+    e->n_bitmaps = n_bitmaps;
     while (*tail) {
         tail = &(*tail)->next;
     }
@@ -327,6 +335,9 @@ void nbd_server_free(struct nbd_server *srv)
         srv->exports = e->next;
         free(e->name);
         free(e->description);
+        for (unsigned i = 0; i < e->n_bitmaps; i++) {
+            blk_bitmap_free(e->bitmaps[i]);
+        }
         free(e);
     }
     close(srv->wake_pipe[0]);

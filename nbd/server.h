@@ -27,9 +27,15 @@ struct nbd_server_config {
 };
 
 int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg);
-/* The server does not own the image; it must outlive the server. */
+#define NBD_MAX_BITMAPS 8 /* dirty bitmaps exported per export */
+
+struct blk_bitmap;
+
+/* The server does not own the image; it must outlive the server.  It
+ * takes the n_bitmaps bitmaps (each offered as qemu:dirty-bitmap:NAME)
+ * on success. */
 int nbd_server_add_export(struct nbd_server *srv, const char *name, const char *description,
-                          struct blk_image *img);
+                          struct blk_image *img, struct blk_bitmap **bitmaps, unsigned n_bitmaps);
 /* Listen on a unix socket (created; removed again at exit). */
 int nbd_server_listen_unix(struct nbd_server *srv, const char *path);
 /* A socket that already listens (systemd socket activation). */

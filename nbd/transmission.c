@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/bitmap.h"
 #include "block/block.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -108,7 +109,7 @@ static uint16_t nbd_allowed_flags(const struct nbd_conn *c, uint16_t type)
 
 static bool nbd_any_meta(const struct nbd_conn *c)
 {
-    for (int m = 0; m < NBD_META_COUNT; m++) {
+    for (unsigned m = 0; m < NBD_META_MAX; m++) {
         if (c->meta_selected[m]) {
             return true;
         }
@@ -232,17 +233,53 @@ static bool extent_add(struct nbd_extent_list *l, uint32_t len, uint32_t flags)
     return true;
 }
 
-/* The value one context reports for an extent. */
-static uint32_t meta_value(enum nbd_meta_context m, const struct blk_extent *ext)
+/* The value an allocation context reports for an extent. */
+static uint32_t meta_value(unsigned m, const struct blk_extent *ext)
 {
-    switch (m) {
-    case NBD_META_BASE_ALLOCATION:
+    if (m == NBD_META_BASE_ALLOCATION) {
         return ((ext->flags & BLK_EXT_DATA) ? 0 : NBD_STATE_HOLE) |
                ((ext->flags & BLK_EXT_ZERO) ? NBD_STATE_ZERO : 0);
-    case NBD_META_ALLOCATION_DEPTH:
-        return ext->depth;
-    default:
-        return 0;
+    }
+    return ext->depth; /* NBD_META_ALLOCATION_DEPTH */
+}
+
+/* One walk of the image feeds every selected allocation context. */
+static int alloc_extents(struct blk_image *img, uint64_t pos, uint64_t end, bool one,
+                         const unsigned *which, struct nbd_extent_list *lists, unsigned n)
+{
+    while (pos < end) {
+        struct blk_extent ext;
+        bool full = false;
+        int r = blk_image_block_status(img, pos, end - pos, &ext);
+        if (r < 0) {
+            return r;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            if (which[i] < NBD_META_DIRTY_BITMAP) {
+                full |= !extent_add(&lists[i], (uint32_t)ext.length, meta_value(which[i], &ext));
+            }
+        }
+        if (full || one) {
+            break;
+        }
+        pos += ext.length;
+    }
+    return 0;
+}
+
+static void bitmap_extents(const struct blk_bitmap *bm, uint64_t pos, uint64_t end, bool one,
+                           struct nbd_extent_list *l)
+{
+    while (pos < end) {
+        bool dirty = false;
+        uint64_t run = end - pos; /* past the bitmap (never, in practice): clean */
+        if (pos < bm->size) {
+            blk_bitmap_extent(bm, pos, end - pos, &dirty, &run);
+        }
+        if (!extent_add(l, (uint32_t)run, dirty ? NBD_STATE_DIRTY : 0) || one) {
+            break;
+        }
+        pos += run;
     }
 }
 
@@ -251,17 +288,19 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
     struct nbd_conn *c = w->c;
     bool one = req->flags & NBD_CMD_FLAG_REQ_ONE;
     uint32_t cap = one ? 1 : MAX_EXTENTS;
-    struct nbd_extent_list lists[NBD_META_COUNT] = {{0}};
-    uint32_t ids[NBD_META_COUNT];
-    enum nbd_meta_context which[NBD_META_COUNT];
+    struct nbd_extent_list lists[NBD_META_MAX] = {{0}};
+    uint32_t ids[NBD_META_MAX];
+    unsigned which[NBD_META_MAX];
     unsigned n = 0;
-    uint64_t pos = req->offset, end = req->offset + req->count;
+    bool want_alloc = false;
+    uint64_t end = req->offset + req->count;
     int r = 0;
 
-    for (int m = 0; m < NBD_META_COUNT; m++) {
+    for (unsigned m = 0; m < nbd_meta_count(c->exp); m++) {
         if (c->meta_selected[m]) {
-            which[n] = (enum nbd_meta_context)m;
-            ids[n] = nbd_meta_id((enum nbd_meta_context)m);
+            which[n] = m;
+            ids[n] = nbd_meta_id(m);
+            want_alloc |= m < NBD_META_DIRTY_BITMAP;
             lists[n].cap = cap;
             lists[n].desc = malloc(sizeof *lists[n].desc * cap);
             if (!lists[n++].desc) {
@@ -269,20 +308,21 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
             }
         }
     }
-    /* One walk of the image feeds every selected context. */
-    while (r == 0 && pos < end) {
-        struct blk_extent ext;
-        bool full = false;
-        r = blk_image_block_status(c->exp->img, pos, end - pos, &ext);
-        for (unsigned i = 0; r == 0 && i < n; i++) {
-            full |= !extent_add(&lists[i], (uint32_t)ext.length, meta_value(which[i], &ext));
-        }
-        if (r < 0 || full || one) {
-            break;
-        }
-        pos += ext.length;
+    if (r == 0 && want_alloc) {
+        r = alloc_extents(c->exp->img, req->offset, end, one, which, lists, n);
     }
-    if (r == 0 && (n == 0 || lists[0].n == 0)) {
+    for (unsigned i = 0; r == 0 && i < n; i++) {
+        if (which[i] >= NBD_META_DIRTY_BITMAP) {
+            bitmap_extents(c->exp->bitmaps[which[i] - NBD_META_DIRTY_BITMAP], req->offset, end, one,
+                           &lists[i]);
+        }
+    }
+    for (unsigned i = 0; r == 0 && i < n; i++) {
+        if (lists[i].n == 0) {
+            r = err_setx(EIO, "block status returned nothing");
+        }
+    }
+    if (r == 0 && n == 0) {
         r = err_setx(EIO, "block status returned nothing");
     }
     if (r == 0) {

@@ -197,6 +197,10 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
     int r = 0;
 
     (void)flags; /* no native FUA: the generic layer flushes after us */
+    r = qcow2_bitmaps_before_write(s);
+    if (r < 0) {
+        return r;
+    }
     pthread_mutex_lock(&s->lock);
     while (r == 0 && pos < len) {
         struct qcow2_map m;
@@ -378,8 +382,11 @@ static int zero_or_discard(struct qcow2_state *s, uint64_t off, uint64_t len, bo
 {
     uint64_t cs = s->cluster_size;
     struct qcow2_alloc a;
-    int r;
+    int r = qcow2_bitmaps_before_write(s);
 
+    if (r < 0) {
+        return r;
+    }
     pthread_mutex_lock(&s->lock);
     if (s->corrupt) {
         pthread_mutex_unlock(&s->lock);
@@ -514,6 +521,10 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, u
 
     if ((off & (cs - 1)) || len > cs || len == 0) {
         return err_setx(EINVAL, "qcow2: compressed writes take whole clusters");
+    }
+    r = qcow2_bitmaps_before_write(s);
+    if (r < 0) {
+        return r;
     }
     if (len < cs) {
         /* the last cluster of the image: pad it with zeroes */

@@ -240,6 +240,9 @@ int qcow2_build_metadata_map(struct qcow2_state *s)
             }
         }
     }
+    if (r == 0) {
+        r = qcow2_add_bitmap_metadata_locked(s);
+    }
     if (r < 0) {
         err_prefix("qcow2: the image is corrupt");
     }

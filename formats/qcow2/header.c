@@ -15,32 +15,6 @@
 #include "common/error.h"
 #include "qcow2-format.h"
 
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return be32toh(v);
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return be64toh(v);
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-    v = htobe32(v);
-    memcpy(p, &v, 4);
-}
-
-static void wr64(uint8_t *p, uint64_t v)
-{
-    v = htobe64(v);
-    memcpy(p, &v, 8);
-}
-
 uint64_t qcow2_l1_entries_for(uint64_t size, uint32_t cluster_bits, bool extended_l2)
 {
     uint32_t l2_bits = cluster_bits - (extended_l2 ? 4 : 3);
@@ -68,10 +42,10 @@ int qcow2_header_peek_cluster_bits(const uint8_t *buf, size_t len, uint32_t *clu
     if (len < QCOW2_V2_HEADER_LENGTH) {
         return err_setx(EINVAL, "qcow2: file too short for a header (%zu bytes)", len);
     }
-    if (rd32(buf) != QCOW2_MAGIC) {
+    if (qcow2_rd32(buf) != QCOW2_MAGIC) {
         return err_setx(EINVAL, "qcow2: bad magic (not a qcow2 image)");
     }
-    *cluster_bits = rd32(buf + 20);
+    *cluster_bits = qcow2_rd32(buf + 20);
     if (*cluster_bits < QCOW2_MIN_CLUSTER_BITS || *cluster_bits > QCOW2_MAX_CLUSTER_BITS) {
         return err_setx(EINVAL, "qcow2: cluster_bits %" PRIu32 " is outside %d..%d", *cluster_bits,
                         QCOW2_MIN_CLUSTER_BITS, QCOW2_MAX_CLUSTER_BITS);
@@ -176,7 +150,7 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
     size_t off = start;
 
     while (off + 8 <= end) {
-        uint32_t type = rd32(buf + off), len = rd32(buf + off + 4);
+        uint32_t type = qcow2_rd32(buf + off), len = qcow2_rd32(buf + off + 4);
         const uint8_t *data = buf + off + 8;
         int r = 0;
 
@@ -210,9 +184,9 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
                 return err_setx(EINVAL, "qcow2: bitmaps extension of %" PRIu32 " bytes", len);
             }
             h->has_bitmaps_ext = true;
-            h->nb_bitmaps = rd32(data);
-            h->bitmap_directory_size = rd64(data + 8);
-            h->bitmap_directory_offset = rd64(data + 16);
+            h->nb_bitmaps = qcow2_rd32(data);
+            h->bitmap_directory_size = qcow2_rd64(data + 8);
+            h->bitmap_directory_offset = qcow2_rd64(data + 16);
             r = qcow2_keep_unknown_ext(h, type, data, len); /* written back as is */
             break;
         case QCOW2_EXT_CRYPTO:
@@ -262,18 +236,18 @@ static int qcow2_check_table(const char *what, uint64_t offset, uint64_t bytes,
 
 static int qcow2_parse_fixed(struct qcow2_header *h, const uint8_t *buf, size_t len)
 {
-    h->version = rd32(buf + 4);
-    h->backing_file_offset = rd64(buf + 8);
-    h->backing_file_size = rd32(buf + 16);
-    h->cluster_bits = rd32(buf + 20);
-    h->size = rd64(buf + 24);
-    h->crypt_method = rd32(buf + 32);
-    h->l1_size = rd32(buf + 36);
-    h->l1_table_offset = rd64(buf + 40);
-    h->refcount_table_offset = rd64(buf + 48);
-    h->refcount_table_clusters = rd32(buf + 56);
-    h->nb_snapshots = rd32(buf + 60);
-    h->snapshots_offset = rd64(buf + 64);
+    h->version = qcow2_rd32(buf + 4);
+    h->backing_file_offset = qcow2_rd64(buf + 8);
+    h->backing_file_size = qcow2_rd32(buf + 16);
+    h->cluster_bits = qcow2_rd32(buf + 20);
+    h->size = qcow2_rd64(buf + 24);
+    h->crypt_method = qcow2_rd32(buf + 32);
+    h->l1_size = qcow2_rd32(buf + 36);
+    h->l1_table_offset = qcow2_rd64(buf + 40);
+    h->refcount_table_offset = qcow2_rd64(buf + 48);
+    h->refcount_table_clusters = qcow2_rd32(buf + 56);
+    h->nb_snapshots = qcow2_rd32(buf + 60);
+    h->snapshots_offset = qcow2_rd64(buf + 64);
     if (h->version == 2) {
         h->refcount_order = 4;
         h->header_length = QCOW2_V2_HEADER_LENGTH;
@@ -286,11 +260,11 @@ static int qcow2_parse_fixed(struct qcow2_header *h, const uint8_t *buf, size_t 
     if (len < QCOW2_V3_MIN_HEADER_LENGTH) {
         return err_setx(EINVAL, "qcow2: file too short for a version 3 header");
     }
-    h->incompatible_features = rd64(buf + 72);
-    h->compatible_features = rd64(buf + 80);
-    h->autoclear_features = rd64(buf + 88);
-    h->refcount_order = rd32(buf + 96);
-    h->header_length = rd32(buf + 100);
+    h->incompatible_features = qcow2_rd64(buf + 72);
+    h->compatible_features = qcow2_rd64(buf + 80);
+    h->autoclear_features = qcow2_rd64(buf + 88);
+    h->refcount_order = qcow2_rd32(buf + 96);
+    h->header_length = qcow2_rd32(buf + 100);
     if (h->header_length < QCOW2_V3_MIN_HEADER_LENGTH || h->header_length % 8) {
         return err_setx(EINVAL,
                         "qcow2: header_length %" PRIu32 " is not a multiple of 8 of at least 104",
@@ -502,8 +476,8 @@ static bool put_ext(uint8_t *buf, size_t *off, size_t end, uint32_t type, const 
     if (*off + need > end) {
         return false;
     }
-    wr32(buf + *off, type);
-    wr32(buf + *off + 4, len);
+    qcow2_wr32(buf + *off, type);
+    qcow2_wr32(buf + *off + 4, len);
     memcpy(buf + *off + 8, data, len);
     *off += need;
     return true;
@@ -519,26 +493,26 @@ int qcow2_header_serialize(const struct qcow2_header *h, uint8_t *buf, size_t cl
         return -EFBIG;
     }
     memset(buf, 0, cluster_size);
-    wr32(buf, QCOW2_MAGIC);
-    wr32(buf + 4, h->version);
-    wr32(buf + 20, h->cluster_bits);
-    wr64(buf + 24, h->size);
-    wr32(buf + 32, h->crypt_method);
-    wr32(buf + 36, h->l1_size);
-    wr64(buf + 40, h->l1_table_offset);
-    wr64(buf + 48, h->refcount_table_offset);
-    wr32(buf + 56, h->refcount_table_clusters);
-    wr32(buf + 60, h->nb_snapshots);
-    wr64(buf + 64, h->snapshots_offset);
+    qcow2_wr32(buf, QCOW2_MAGIC);
+    qcow2_wr32(buf + 4, h->version);
+    qcow2_wr32(buf + 20, h->cluster_bits);
+    qcow2_wr64(buf + 24, h->size);
+    qcow2_wr32(buf + 32, h->crypt_method);
+    qcow2_wr32(buf + 36, h->l1_size);
+    qcow2_wr64(buf + 40, h->l1_table_offset);
+    qcow2_wr64(buf + 48, h->refcount_table_offset);
+    qcow2_wr32(buf + 56, h->refcount_table_clusters);
+    qcow2_wr32(buf + 60, h->nb_snapshots);
+    qcow2_wr64(buf + 64, h->snapshots_offset);
     if (h->version == 2) {
         off = QCOW2_V2_HEADER_LENGTH;
     } else {
         uint32_t hlen = QCOW2_V3_HEADER_LENGTH + h->extra_fields_len;
-        wr64(buf + 72, h->incompatible_features);
-        wr64(buf + 80, h->compatible_features);
-        wr64(buf + 88, h->autoclear_features);
-        wr32(buf + 96, h->refcount_order);
-        wr32(buf + 100, hlen);
+        qcow2_wr64(buf + 72, h->incompatible_features);
+        qcow2_wr64(buf + 80, h->compatible_features);
+        qcow2_wr64(buf + 88, h->autoclear_features);
+        qcow2_wr32(buf + 96, h->refcount_order);
+        qcow2_wr32(buf + 100, hlen);
         buf[104] = h->compression_type;
         if (hlen > end) {
             return -EFBIG;
@@ -575,8 +549,8 @@ int qcow2_header_serialize(const struct qcow2_header *h, uint8_t *buf, size_t cl
     if (backing_len) {
         /* The name follows the extensions; the header records where. */
         memcpy(buf + off, h->backing_file, backing_len);
-        wr64(buf + 8, off);
-        wr32(buf + 16, (uint32_t)backing_len);
+        qcow2_wr64(buf + 8, off);
+        qcow2_wr32(buf + 16, (uint32_t)backing_len);
     }
     return 0;
 }

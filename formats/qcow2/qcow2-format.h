@@ -4,9 +4,45 @@
 #ifndef DISKIMG_QCOW2_FORMAT_H
 #define DISKIMG_QCOW2_FORMAT_H
 
+#include <endian.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* Big-endian fields at any alignment. */
+static inline uint16_t qcow2_rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return be16toh(v);
+}
+
+static inline uint32_t qcow2_rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return be32toh(v);
+}
+
+static inline uint64_t qcow2_rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return be64toh(v);
+}
+
+static inline void qcow2_wr32(uint8_t *p, uint32_t v)
+{
+    v = htobe32(v);
+    memcpy(p, &v, 4);
+}
+
+static inline void qcow2_wr64(uint8_t *p, uint64_t v)
+{
+    v = htobe64(v);
+    memcpy(p, &v, 8);
+}
 
 #define QCOW2_MAGIC 0x514649fbu /* "QFI\xfb" */
 

@@ -376,6 +376,13 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     if (s->hdr.version < 3 && s->n_snapshots) {
         return err_setx(ENOTSUP, "qcow2: cannot resize a version 2 image that has snapshots");
     }
+    if (s->n_bitmaps && len != s->hdr.size) {
+        /* Each bitmap's table is sized for the virtual size. */
+        return err_setx(ENOTSUP,
+                        "qcow2: %s has persistent bitmaps, which diskimg cannot resize: "
+                        "remove them (qemu-img bitmap --remove) or resize with qemu-img",
+                        n->filename);
+    }
     pthread_mutex_lock(&s->lock);
     if (len < s->hdr.size) {
         bool used;
@@ -573,9 +580,12 @@ static int open_read_write(struct qcow2_state *s, bool for_check)
         s->hdr.incompatible_features &= ~QCOW2_INCOMPAT_DIRTY;
         rewrite = true;
     }
-    if (s->hdr.autoclear_features) {
-        /* We keep no bitmaps and no raw data file up to date. */
-        s->hdr.autoclear_features = 0;
+    /* Autoclear bits we cannot keep true are cleared before we write:
+     * bitmaps stay consistent, since the enabled ones are marked in use
+     * before the first write (bitmap.c); we keep no raw external data file. */
+    uint64_t keep = qcow2_bitmaps_open_rw(s) ? QCOW2_AUTOCLEAR_BITMAPS : 0;
+    if (s->hdr.autoclear_features & ~keep) {
+        s->hdr.autoclear_features &= keep;
         rewrite = true;
     }
     if (rewrite) {
@@ -613,6 +623,8 @@ static void qcow2_free_state(struct qcow2_state *s)
     qcow2_cache_free(s->l2_cache);
     qcow2_cache_free(s->rb_cache);
     qcow2_free_snapshots(s);
+    qcow2_free_bitmaps(s);
+    free(s->bitmaps_error);
     qcow2_header_free(&s->hdr);
     free(s->l1);
     free(s->reftable);
@@ -657,6 +669,9 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     }
     if (r == 0) {
         r = qcow2_read_snapshots(s);
+    }
+    if (r == 0) {
+        r = qcow2_read_bitmaps(s);
     }
     if (r == 0) {
         r = make_caches(s, opts->l2_cache_bytes);
@@ -750,6 +765,9 @@ static int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
         };
     }
     info->n_snapshots = s->n_snapshots;
+    if (qcow2_bitmaps_info(s, info) < 0) {
+        return -ENOMEM;
+    }
     /* The fields qemu-img prints, in its order; version 2 has fewer. */
     bool v3 = h->version >= 3;
     info_field(info,
@@ -759,6 +777,9 @@ static int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
     if (v3) {
         info_field(info, (struct blk_info_field){"lazy-refcounts", "lazy refcounts", BLK_INFO_BOOL,
                                                  .b = s->lazy_refcounts});
+    }
+    if (info->n_bitmaps) {
+        info_field(info, (struct blk_info_field){"bitmaps", "bitmaps", BLK_INFO_BITMAPS});
     }
     info_field(info, (struct blk_info_field){"refcount-bits", "refcount bits", BLK_INFO_INT,
                                              .i = s->refcount_bits});
@@ -798,6 +819,7 @@ static const struct blk_driver qcow2_driver = {
     .truncate = qcow2_truncate,
     .check = qcow2_check,
     .get_info = qcow2_get_info,
+    .load_bitmap = qcow2_load_bitmap,
     .create = qcow2_create,
     .create_help = QCOW2_CREATE_HELP,
 };

@@ -7,6 +7,7 @@
  *   alloc.c     allocating writes, copy-on-write, zeroing and discard
  *   compress.c  compressed clusters (zlib raw deflate, zstd)
  *   snapshot.c  the internal snapshot table
+ *   bitmap.c    persistent dirty bitmaps (read; marked in use when writing)
  *   check.c     consistency check and repair
  *   qcow2.c     the driver: open, close, read, write, flush, block status
  *
@@ -43,6 +44,7 @@ enum qcow2_meta_kind {
     QCOW2_META_L2,
     QCOW2_META_SNAPSHOTS,
     QCOW2_META_SNAPSHOT_L1,
+    QCOW2_META_BITMAPS, /* bitmap directory and bitmap tables */
 };
 
 /* What a guest range maps to. */
@@ -59,7 +61,7 @@ struct qcow2_map {
     uint64_t bytes;    /* length of the run from the guest offset */
     uint64_t host;     /* NORMAL/ZERO_ALLOC: host offset of the guest offset */
     bool copied;       /* NORMAL: refcount is 1, overwrite in place */
-    bool has_host; /* UNALLOCATED subclusters of an allocated cluster: host is set */
+    bool has_host;     /* UNALLOCATED subclusters of an allocated cluster: host is set */
     uint64_t l2_entry; /* COMPRESSED: the descriptor */
 };
 
@@ -92,6 +94,24 @@ struct qcow2_snapshot {
     int64_t icount;     /* -1 when not recorded */
 };
 
+/* Bitmap directory entry flags. */
+#define QCOW2_BME_IN_USE (1u << 0)
+#define QCOW2_BME_AUTO (1u << 1)
+#define QCOW2_BME_EXTRA_DATA_COMPATIBLE (1u << 2)
+#define QCOW2_BME_KNOWN_FLAGS 7u
+
+/* One entry of the bitmap directory. */
+struct qcow2_bitmap {
+    uint64_t table_offset;
+    uint32_t table_size; /* entries, one per cluster of bitmap data */
+    uint32_t flags;      /* QCOW2_BME_* */
+    uint8_t type;
+    uint8_t granularity_bits;
+    uint32_t extra_data_size;
+    char *name;
+    uint64_t dir_pos; /* where the entry starts in the directory */
+};
+
 struct qcow2_state {
     struct blk_node *node;
     struct blk_node *file;
@@ -114,8 +134,8 @@ struct qcow2_state {
     bool read_only;
     bool snapshot_view; /* serving an internal snapshot (read-only) */
     bool lazy_refcounts;
-    bool dirty_marked; /* we set the dirty bit for lazy refcounts */
-    bool corrupt;      /* detected at run time: stop writing */
+    bool dirty_marked;      /* we set the dirty bit for lazy refcounts */
+    bool corrupt;           /* detected at run time: stop writing */
     bool metadata_prealloc; /* made with preallocation=metadata (see qcow2.c) */
 
     pthread_mutex_t lock;
@@ -144,6 +164,12 @@ struct qcow2_state {
     struct qcow2_snapshot *snapshots;
     uint32_t n_snapshots;
     uint64_t snapshots_bytes; /* size of the snapshot table on disk */
+
+    struct qcow2_bitmap *bitmaps; /* when the bitmaps extension is consistent */
+    uint32_t n_bitmaps;
+    bool bitmaps_invalid;          /* the extension is there but unusable */
+    char *bitmaps_error;           /* why */
+    _Atomic bool bitmaps_unmarked; /* enabled bitmaps not yet marked in use */
 
     /* Metadata ranges (host offsets) that data must never overwrite:
      * sorted, built at open, extended as tables are allocated. */
@@ -271,6 +297,17 @@ void qcow2_compressed_range(const struct qcow2_state *s, uint64_t l2_entry, uint
 int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *report,
                 struct blk_check_result *res);
 int qcow2_repair_refcounts(struct qcow2_state *s);
+
+/* bitmap.c */
+int qcow2_read_bitmaps(struct qcow2_state *s);
+void qcow2_free_bitmaps(struct qcow2_state *s);
+int qcow2_add_bitmap_metadata_locked(struct qcow2_state *s);
+/* Opening for writing: whether autoclear bit 0 may stay set. */
+bool qcow2_bitmaps_open_rw(struct qcow2_state *s);
+/* Every guest write, zeroing or discard calls this first. */
+int qcow2_bitmaps_before_write(struct qcow2_state *s);
+int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **out);
+int qcow2_bitmaps_info(const struct qcow2_state *s, struct blk_image_info *info);
 
 /* snapshot.c */
 int qcow2_read_snapshots(struct qcow2_state *s);

@@ -15,27 +15,6 @@
 
 #define SN_FIXED 40
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return be64toh(v);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return be32toh(v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return be16toh(v);
-}
-
 void qcow2_free_snapshots(struct qcow2_state *s)
 {
     for (uint32_t i = 0; i < s->n_snapshots; i++) {
@@ -97,26 +76,26 @@ static int sn_fill(struct qcow2_state *s, uint8_t **buf, uint64_t *have, uint64_
 static int sn_parse_one(struct qcow2_state *s, const uint8_t *e, uint64_t file_size,
                         struct qcow2_snapshot *sn, uint32_t index)
 {
-    uint32_t extra = get32(e + 36);
-    uint16_t id_len = get16(e + 12), name_len = get16(e + 14);
+    uint32_t extra = qcow2_rd32(e + 36);
+    uint16_t id_len = qcow2_rd16(e + 12), name_len = qcow2_rd16(e + 14);
     const uint8_t *x = e + SN_FIXED;
 
-    sn->l1_table_offset = get64(e);
-    sn->l1_size = get32(e + 8);
-    sn->date_sec = get32(e + 16);
-    sn->date_nsec = get32(e + 20);
-    sn->vm_clock_nsec = get64(e + 24);
-    sn->vm_state_size = get32(e + 32);
+    sn->l1_table_offset = qcow2_rd64(e);
+    sn->l1_size = qcow2_rd32(e + 8);
+    sn->date_sec = qcow2_rd32(e + 16);
+    sn->date_nsec = qcow2_rd32(e + 20);
+    sn->vm_clock_nsec = qcow2_rd64(e + 24);
+    sn->vm_state_size = qcow2_rd32(e + 32);
     sn->disk_size = s->hdr.size;
     sn->icount = -1;
     if (extra >= 8) {
-        sn->vm_state_size = get64(x);
+        sn->vm_state_size = qcow2_rd64(x);
     }
     if (extra >= 16) {
-        sn->disk_size = get64(x + 8);
+        sn->disk_size = qcow2_rd64(x + 8);
     }
     if (extra >= 24) {
-        sn->icount = (int64_t)get64(x + 16);
+        sn->icount = (int64_t)qcow2_rd64(x + 16);
     }
     if ((uint64_t)sn->l1_size * 8 > QCOW2_MAX_L1_BYTES) {
         return err_setx(
@@ -168,9 +147,9 @@ int qcow2_read_snapshots(struct qcow2_state *s)
         if (r < 0) {
             break;
         }
-        uint32_t extra = get32(buf + pos + 36);
+        uint32_t extra = qcow2_rd32(buf + pos + 36);
         uint64_t entry_len =
-            SN_FIXED + (uint64_t)extra + get16(buf + pos + 12) + get16(buf + pos + 14);
+            SN_FIXED + (uint64_t)extra + qcow2_rd16(buf + pos + 12) + qcow2_rd16(buf + pos + 14);
         if (extra > QCOW2_MAX_SNAPSHOT_EXTRA) {
             r = err_setx(EINVAL,
                          "qcow2: snapshot %" PRIu32 ": extra data of %" PRIu32 " bytes exceeds %d",

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "block/bitmap.h"
 #include "block/block.h"
 #include "common/error.h"
 
@@ -110,6 +111,25 @@ static void read_image(struct blk_image *img, const uint8_t *data, size_t size)
     }
 }
 
+/* Load a persistent bitmap and walk at most 64 of its extents. */
+static void walk_bitmap(struct blk_image *img, const char *name)
+{
+    struct blk_bitmap *bm = NULL;
+
+    if (blk_image_load_bitmap(img, name, &bm) < 0) {
+        err_clear();
+        return;
+    }
+    uint64_t pos = 0;
+    for (int i = 0; i < 64 && pos < bm->size; i++) {
+        bool dirty;
+        uint64_t run;
+        blk_bitmap_extent(bm, pos, bm->size - pos, &dirty, &run);
+        pos += run;
+    }
+    blk_bitmap_free(bm);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[64];
@@ -132,6 +152,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     read_image(img, data, size);
     if (blk_image_get_info(img, &info) == 0 && info.n_snapshots && info.snapshots[0].id) {
         snprintf(snapshot, sizeof snapshot, "%s", info.snapshots[0].id);
+    }
+    if (info.n_bitmaps && info.bitmaps[0].name) {
+        walk_bitmap(img, info.bitmaps[0].name);
     }
     blk_image_info_free(&info); /* what it filled in, even on failure */
     (void)blk_image_check(img, BLK_REPAIR_NONE, NULL, &res);

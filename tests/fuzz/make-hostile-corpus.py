@@ -363,6 +363,12 @@ def make_bases(c):
          ["-o", "extended_l2=on,cluster_size=64k", "4M"],
          "write -P 0xaa 512 512", "write -z 4096 4096", "write -P 0xbb 1M 3k")
 
+    base("bitmaps", "v3, 64 KiB clusters, enabled bitmap b0 and disabled 512 B bitmap b1, "
+         "written after b0 was added", ["-o", "cluster_size=64k", "4M"])
+    qemu_img("bitmap", "--add", p("base-bitmaps.qcow2"), "b0")
+    qemu_img("bitmap", "--add", "-g", "512", "--disable", p("base-bitmaps.qcow2"), "b1")
+    qemu_io(p("base-bitmaps.qcow2"), "write -P 0x12 64k 128k", "write -P 0x13 3M 4k")
+
     with open(os.path.join(aux, "host-like.raw"), "wb") as f:
         f.write(pattern(64 * KiB, 3))
 
@@ -976,6 +982,67 @@ def chain_variants(c):
             b"magic-bad.qcow2")
 
 
+def bitmap_variants(c):
+    """Patches of a real bitmap directory and bitmap table (base-bitmaps)."""
+    V = c.variant
+
+    def directory(i):
+        for off, t, n in i.extensions():
+            if t == EXT_BITMAPS:
+                return off + 8, i.u64(off + 8 + 16)
+        raise LookupError("no bitmaps extension")
+
+    def entry(i, k):
+        """Offset of directory entry k."""
+        _, d = directory(i)
+        for _ in range(k):
+            d += (24 + i.u32(d + 20) + i.u16(d + 18) + 7) & ~7
+        return d
+
+    def table_entry(i, k):
+        return i.u64(entry(i, k))
+
+    V("bitmap-count-too-high", "bitmaps", "nb_bitmaps 3 with a directory of 2 entries",
+      lambda i: i.p32(directory(i)[0], 3))
+    V("bitmap-count-zero", "bitmaps", "nb_bitmaps 0", lambda i: i.p32(directory(i)[0], 0))
+    V("bitmap-dir-size-short", "bitmaps", "directory size cuts the second entry in half",
+      lambda i: i.p64(directory(i)[0] + 8, i.u64(directory(i)[0] + 8) - 12))
+    V("bitmap-table-past-eof", "bitmaps", "bitmap table of b0 at 1 TiB",
+      lambda i: i.p64(entry(i, 0), 1 << 40))
+    V("bitmap-table-unaligned", "bitmaps", "bitmap table of b1 at +8",
+      lambda i: i.p64(entry(i, 1), i.u64(entry(i, 1)) + 8))
+    V("bitmap-table-huge", "bitmaps", "bitmap table of b0 with 2^31 entries",
+      lambda i: i.p32(entry(i, 0) + 8, 1 << 31))
+    V("bitmap-table-size-wrong", "bitmaps", "bitmap table of b1 one entry longer than the size needs",
+      lambda i: i.p32(entry(i, 1) + 8, i.u32(entry(i, 1) + 8) + 1))
+    V("bitmap-flags-reserved", "bitmaps", "b0 flags with bit 31 set",
+      lambda i: i.p32(entry(i, 0) + 12, i.u32(entry(i, 0) + 12) | (1 << 31)))
+    V("bitmap-type-bad", "bitmaps", "b0 of type 7", lambda i: i.put(entry(i, 0) + 16, b"\x07"))
+    V("bitmap-granularity-63", "bitmaps", "b1 granularity_bits 63",
+      lambda i: i.put(entry(i, 1) + 17, b"\x3f"))
+    V("bitmap-granularity-0", "bitmaps", "b1 granularity_bits 0 (needs 2^22 bytes of bitmap per 4M)",
+      lambda i: i.put(entry(i, 1) + 17, b"\x00"))
+    V("bitmap-name-empty", "bitmaps", "b0 name_size 0", lambda i: i.p16(entry(i, 0) + 18, 0))
+    V("bitmap-name-huge", "bitmaps", "b1 name_size 65535", lambda i: i.p16(entry(i, 1) + 18, 0xFFFF))
+    V("bitmap-extra-huge", "bitmaps", "b0 extra_data_size 2^32-8",
+      lambda i: i.p32(entry(i, 0) + 20, 0xFFFFFFF8))
+    V("bitmap-names-equal", "bitmaps", "b1 renamed b0", lambda i: i.put(entry(i, 1) + 25, b"0"))
+
+    def table_data(i, value):
+        t = table_entry(i, 0)
+        i.p64(t, value)
+    V("bitmap-data-past-eof", "bitmaps", "b0 data cluster at 1 TiB",
+      lambda i: table_data(i, 1 << 40))
+    V("bitmap-data-reserved", "bitmaps", "b0 table entry with reserved bits 1-8",
+      lambda i: table_data(i, 0x1FE))
+    V("bitmap-data-ones-and-offset", "bitmaps", "b0 table entry: all-ones flag with an offset",
+      lambda i: table_data(i, 0x10001))
+    V("bitmap-data-is-reftable", "bitmaps", "b0 data cluster is the refcount table",
+      lambda i: table_data(i, i.rt_off))
+    V("bitmap-data-all-ones", "bitmaps", "b0 table entry: unallocated, reads as all ones",
+      lambda i: table_data(i, 1))
+
+
 def main():
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
@@ -995,6 +1062,7 @@ def main():
     refcount_variants(c)
     snapshot_variants(c)
     chain_variants(c)
+    bitmap_variants(c)
     c.write_manifest()
     print("make-hostile-corpus: %d images in %s" % (len(c.manifest), out))
 

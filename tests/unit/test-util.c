@@ -141,7 +141,7 @@ static void test_json(void)
     fclose(f);
     CHECK(strcmp(text, "{\n    \"name\": \"a\\\"b\\\\c\\n\",\n    \"size\": 1024,\n"
                        "    \"list\": [\n        true,\n        -1\n    ],\n"
-                       "    \"empty\": {}\n}\n") == 0);
+                       "    \"empty\": {\n    }\n}\n") == 0);
     free(text);
 }
 

@@ -1,0 +1,403 @@
+/* formats/qcow2/bitmap.c: persistent dirty bitmaps (the bitmaps extension).
+ *
+ * We read bitmaps; we never record writes in them.  So that an image we
+ * write never carries a bitmap that looks valid but misses our writes, the
+ * first guest write after opening for writing sets the in_use flag of
+ * every enabled ("auto") bitmap, durably, before it goes ahead (an image
+ * opened for writing but never written keeps its bitmaps): qemu then reports those
+ * bitmaps as inconsistent, keeps their clusters referenced (qemu-img check
+ * stays clean) and lets the user remove them.  Disabled bitmaps stay valid,
+ * since writes do not change them by definition.  An extension we cannot
+ * parse is dropped the way the spec allows a program that lacks bitmap
+ * support: by clearing autoclear bit 0 (see open_read_write in qcow2.c).
+ *
+ * Every field is bounded as qemu bounds it before it is used: directory
+ * at most 64 MiB, at most 65535 bitmaps, names of 1 to 1023 bytes,
+ * granularity 512 B to 2 GiB, bitmap data at most 512 MiB. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/bitmap.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "qcow2.h"
+
+#define BME_FIXED 24
+#define BME_MAX_BITMAPS 65535
+#define BME_MAX_DIR_SIZE (64u << 20)
+#define BME_MAX_NAME 1023
+#define BME_MAX_TABLE_SIZE 0x8000000u
+#define BME_MAX_PHYS_SIZE (512ull << 20)
+#define BME_MIN_GRAN_BITS 9
+#define BME_MAX_GRAN_BITS 31
+#define BME_TYPE_DIRTY_TRACKING 1
+#define BME_TABLE_RESERVED 0xff000000000001feull
+#define BME_TABLE_ALL_ONES 1ull
+
+/* Bytes of bitmap data for the virtual size at this granularity. */
+static uint64_t bitmap_data_bytes(uint64_t size, uint32_t gran_bits)
+{
+    uint64_t bits = (size >> gran_bits) + ((size & ((1ull << gran_bits) - 1)) != 0);
+
+    return bits / 8 + (bits % 8 != 0);
+}
+
+void qcow2_free_bitmaps(struct qcow2_state *s)
+{
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        free(s->bitmaps[i].name);
+    }
+    free(s->bitmaps);
+    s->bitmaps = NULL;
+    s->n_bitmaps = 0;
+}
+
+static int parse_entry(struct qcow2_state *s, const uint8_t *e, uint64_t left,
+                       struct qcow2_bitmap *bm, uint64_t *entry_len)
+{
+    uint32_t extra = qcow2_rd32(e + 20);
+    uint16_t name_len = qcow2_rd16(e + 18);
+    uint64_t len = ROUND_UP(BME_FIXED + (uint64_t)extra + name_len, 8);
+
+    if (name_len == 0 || name_len > BME_MAX_NAME) {
+        return err_setx(EINVAL, "bitmap name of %u bytes", name_len);
+    }
+    if (len > left) {
+        return err_setx(EINVAL, "bitmap entry runs past the directory");
+    }
+    *bm = (struct qcow2_bitmap){
+        .table_offset = qcow2_rd64(e),
+        .table_size = qcow2_rd32(e + 8),
+        .flags = qcow2_rd32(e + 12),
+        .type = e[16],
+        .granularity_bits = e[17],
+        .extra_data_size = extra,
+    };
+    if (memchr(e + BME_FIXED + extra, '\0', name_len)) {
+        return err_setx(EINVAL, "bitmap name holds a NUL byte");
+    }
+    if (bm->flags & ~QCOW2_BME_KNOWN_FLAGS) {
+        return err_setx(EINVAL, "bitmap flags 0x%" PRIx32 " has reserved bits", bm->flags);
+    }
+    if (bm->table_size > BME_MAX_TABLE_SIZE) {
+        return err_setx(EINVAL, "bitmap table of %" PRIu32 " entries", bm->table_size);
+    }
+    if (bm->table_size && (!bm->table_offset || (bm->table_offset & (s->cluster_size - 1)) ||
+                           bm->table_offset > s->file_end ||
+                           (uint64_t)bm->table_size * 8 > s->file_end - bm->table_offset)) {
+        return err_setx(EINVAL, "bitmap table at 0x%" PRIx64 " is not a valid range of the file",
+                        bm->table_offset);
+    }
+    bm->name = strndup((const char *)e + BME_FIXED + extra, name_len);
+    if (!bm->name) {
+        return err_set(ENOMEM, "bitmap name");
+    }
+    *entry_len = len;
+    return 0;
+}
+
+static int parse_directory(struct qcow2_state *s, const uint8_t *dir, uint64_t size)
+{
+    uint32_t want = s->hdr.nb_bitmaps;
+    uint64_t pos = 0;
+
+    s->bitmaps = calloc(want, sizeof *s->bitmaps);
+    if (!s->bitmaps) {
+        return err_set(ENOMEM, "bitmap directory");
+    }
+    while (pos < size) {
+        uint64_t len = 0;
+        int r;
+
+        if (s->n_bitmaps == want || size - pos < BME_FIXED) {
+            return err_setx(EINVAL, "the directory holds more than %" PRIu32 " bitmaps", want);
+        }
+        r = parse_entry(s, dir + pos, size - pos, &s->bitmaps[s->n_bitmaps], &len);
+        if (r < 0) {
+            return r;
+        }
+        for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+            if (strcmp(s->bitmaps[i].name, s->bitmaps[s->n_bitmaps].name) == 0) {
+                free(s->bitmaps[s->n_bitmaps].name);
+                return err_setx(EINVAL, "two bitmaps are named '%s'", s->bitmaps[i].name);
+            }
+        }
+        s->bitmaps[s->n_bitmaps++].dir_pos = pos;
+        pos += len;
+    }
+    if (s->n_bitmaps != want) {
+        return err_setx(EINVAL, "the directory holds %" PRIu32 " bitmaps, the header says %" PRIu32,
+                        s->n_bitmaps, want);
+    }
+    return 0;
+}
+
+static int read_directory(struct qcow2_state *s, uint8_t **dir)
+{
+    const struct qcow2_header *h = &s->hdr;
+    uint64_t off = h->bitmap_directory_offset, size = h->bitmap_directory_size;
+
+    if (h->nb_bitmaps == 0 || h->nb_bitmaps > BME_MAX_BITMAPS) {
+        return err_setx(EINVAL, "%" PRIu32 " bitmaps", h->nb_bitmaps);
+    }
+    if (size < BME_FIXED || size > BME_MAX_DIR_SIZE || (off & (s->cluster_size - 1)) ||
+        off > s->file_end || size > s->file_end - off) {
+        return err_setx(EINVAL, "directory of %" PRIu64 " bytes at 0x%" PRIx64, size, off);
+    }
+    *dir = malloc(size);
+    if (!*dir) {
+        return err_set(ENOMEM, "bitmap directory");
+    }
+    return blk_pread(s->file, off, *dir, size);
+}
+
+int qcow2_read_bitmaps(struct qcow2_state *s)
+{
+    CLEANUP_FREE uint8_t *dir = NULL;
+    int r;
+
+    if (!s->hdr.has_bitmaps_ext || !(s->hdr.autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        return 0; /* none, or left inconsistent by a program without bitmap support */
+    }
+    r = read_directory(s, &dir);
+    if (r == 0) {
+        r = parse_directory(s, dir, s->hdr.bitmap_directory_size);
+    }
+    if (r < 0) {
+        if (r == -ENOMEM) {
+            return r;
+        }
+        /* Unusable, not fatal: the data is still readable, and a writer
+         * clears autoclear bit 0 as the spec allows. */
+        qcow2_free_bitmaps(s);
+        s->bitmaps_invalid = true;
+        err_prefix("qcow2: %s: bitmaps extension ignored", s->node->filename);
+        s->bitmaps_error = strdup(err_msg());
+        err_clear();
+    }
+    return 0;
+}
+
+int qcow2_add_bitmap_metadata_locked(struct qcow2_state *s)
+{
+    uint64_t cs = s->cluster_size;
+    int r;
+
+    if (s->n_bitmaps == 0) {
+        return 0;
+    }
+    r = qcow2_add_metadata_locked(s, s->hdr.bitmap_directory_offset,
+                                  ROUND_UP(s->hdr.bitmap_directory_size, cs), QCOW2_META_BITMAPS);
+    for (uint32_t i = 0; r == 0 && i < s->n_bitmaps; i++) {
+        const struct qcow2_bitmap *bm = &s->bitmaps[i];
+        if (bm->table_size) {
+            r = qcow2_add_metadata_locked(s, bm->table_offset,
+                                          ROUND_UP((uint64_t)bm->table_size * 8, cs),
+                                          QCOW2_META_BITMAPS);
+        }
+    }
+    return r;
+}
+
+static bool needs_marking(const struct qcow2_bitmap *bm)
+{
+    return (bm->flags & QCOW2_BME_AUTO) && !(bm->flags & QCOW2_BME_IN_USE);
+}
+
+bool qcow2_bitmaps_open_rw(struct qcow2_state *s)
+{
+    if (s->bitmaps_invalid || !(s->hdr.autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        return false;
+    }
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        if (needs_marking(&s->bitmaps[i])) {
+            atomic_store(&s->bitmaps_unmarked, true);
+        }
+    }
+    return true;
+}
+
+static int mark_in_use_locked(struct qcow2_state *s)
+{
+    uint64_t dir_off = s->hdr.bitmap_directory_offset;
+
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        struct qcow2_bitmap *bm = &s->bitmaps[i];
+        uint8_t flags[4];
+        int r;
+
+        if (!needs_marking(bm)) {
+            continue;
+        }
+        qcow2_wr32(flags, bm->flags | QCOW2_BME_IN_USE);
+        r = blk_pwrite(s->file, dir_off + bm->dir_pos + 12, flags, 4, 0);
+        if (r < 0) {
+            return r;
+        }
+        bm->flags |= QCOW2_BME_IN_USE;
+    }
+    /* Durable before the guest write that follows can be. */
+    return blk_flush(s->file);
+}
+
+int qcow2_bitmaps_before_write(struct qcow2_state *s)
+{
+    int r = 0;
+
+    if (!atomic_load(&s->bitmaps_unmarked)) {
+        return 0;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (atomic_load(&s->bitmaps_unmarked)) {
+        r = mark_in_use_locked(s);
+        if (r < 0) {
+            /* Then no bitmap may claim to be consistent at all. */
+            log_error("qcow2: %s: marking bitmaps in use: %s", s->node->filename, err_msg());
+            s->hdr.autoclear_features &= ~QCOW2_AUTOCLEAR_BITMAPS;
+            r = qcow2_write_header_locked(s);
+            if (r == 0) {
+                r = blk_flush(s->file);
+            }
+        }
+        if (r == 0) {
+            atomic_store(&s->bitmaps_unmarked, false);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* Why bitmap bm cannot be exported, or NULL. */
+static const char *unusable(const struct qcow2_state *s, const struct qcow2_bitmap *bm,
+                            uint64_t *bytes)
+{
+    if (bm->flags & QCOW2_BME_IN_USE) {
+        return "is in use (not saved cleanly: it may miss writes)";
+    }
+    if (bm->type != BME_TYPE_DIRTY_TRACKING) {
+        return "is not a dirty tracking bitmap";
+    }
+    if (bm->granularity_bits < BME_MIN_GRAN_BITS || bm->granularity_bits > BME_MAX_GRAN_BITS) {
+        return "has an unsupported granularity";
+    }
+    if (bm->extra_data_size && !(bm->flags & QCOW2_BME_EXTRA_DATA_COMPATIBLE)) {
+        return "has extra data we do not understand";
+    }
+    *bytes = bitmap_data_bytes(qcow2_virtual_size(s), bm->granularity_bits);
+    if (*bytes > BME_MAX_PHYS_SIZE) {
+        return "is larger than 512 MiB";
+    }
+    if (bm->table_size != *bytes / s->cluster_size + (*bytes % s->cluster_size != 0)) {
+        return "does not match the virtual size";
+    }
+    return NULL;
+}
+
+static int read_bitmap_data(struct qcow2_state *s, const struct qcow2_bitmap *bm, uint8_t *bits,
+                            uint64_t bytes)
+{
+    uint64_t cs = s->cluster_size;
+    CLEANUP_FREE uint8_t *table = NULL;
+    int r;
+
+    table = malloc((uint64_t)bm->table_size * 8 + 1);
+    if (!table) {
+        return err_set(ENOMEM, "bitmap table");
+    }
+    r = blk_pread(s->file, bm->table_offset, table, (uint64_t)bm->table_size * 8);
+    for (uint32_t i = 0; r == 0 && i < bm->table_size; i++) {
+        uint64_t e = qcow2_rd64(table + 8 * (uint64_t)i);
+        uint64_t host = e & L2E_OFFSET_MASK, pos = (uint64_t)i * cs;
+        uint64_t n = MIN(cs, bytes - pos);
+
+        if ((e & BME_TABLE_RESERVED) || (host && (e & BME_TABLE_ALL_ONES)) || (host & (cs - 1)) ||
+            host > s->file_end || n > s->file_end - host) {
+            return err_setx(EINVAL, "bitmap table entry %" PRIu32 " is invalid (0x%016" PRIx64 ")",
+                            i, e);
+        }
+        if (host) {
+            r = blk_pread(s->file, host, bits + pos, n);
+        } else {
+            memset(bits + pos, (e & BME_TABLE_ALL_ONES) ? 0xff : 0, n);
+        }
+    }
+    return r;
+}
+
+int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **out)
+{
+    struct qcow2_state *s = n->opaque;
+    const struct qcow2_bitmap *bm = NULL;
+    struct blk_bitmap *b;
+    const char *why;
+    uint64_t bytes = 0;
+    int r;
+
+    if (s->bitmaps_invalid) {
+        return err_setx(EINVAL, "%s", s->bitmaps_error ? s->bitmaps_error : "invalid bitmaps");
+    }
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        if (strcmp(s->bitmaps[i].name, name) == 0) {
+            bm = &s->bitmaps[i];
+        }
+    }
+    if (!bm) {
+        return err_setx(ENOENT, "%s: no bitmap named '%s'", n->filename, name);
+    }
+    if (s->snapshot_view) {
+        return err_setx(EINVAL, "%s: bitmap '%s' describes the active image, not a snapshot",
+                        n->filename, name);
+    }
+    why = unusable(s, bm, &bytes);
+    if (why) {
+        return err_setx(EINVAL, "%s: bitmap '%s' %s", n->filename, name, why);
+    }
+    b = calloc(1, sizeof *b);
+    if (!b || !(b->name = strdup(name)) || !(b->bits = malloc(bytes ? bytes : 1))) {
+        blk_bitmap_free(b);
+        return err_set(ENOMEM, "bitmap '%s'", name);
+    }
+    b->size = qcow2_virtual_size(s);
+    b->granularity = 1u << bm->granularity_bits;
+    b->enabled = bm->flags & QCOW2_BME_AUTO;
+    b->nbits = (b->size >> bm->granularity_bits) + ((b->size & (b->granularity - 1)) != 0);
+    r = read_bitmap_data(s, bm, b->bits, bytes);
+    if (r < 0) {
+        blk_bitmap_free(b);
+        err_prefix("%s: bitmap '%s'", n->filename, name);
+        return r;
+    }
+    if (b->nbits % 8) {
+        b->bits[bytes - 1] &= (uint8_t)((1u << (b->nbits % 8)) - 1); /* tail bits must be zero */
+    }
+    *out = b;
+    return 0;
+}
+
+int qcow2_bitmaps_info(const struct qcow2_state *s, struct blk_image_info *info)
+{
+    if (s->n_bitmaps == 0) {
+        return 0;
+    }
+    info->bitmaps = calloc(s->n_bitmaps, sizeof *info->bitmaps);
+    if (!info->bitmaps) {
+        return err_set(ENOMEM, "bitmap list");
+    }
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        const struct qcow2_bitmap *bm = &s->bitmaps[i];
+        info->bitmaps[i] = (struct blk_bitmap_info){
+            .name = strdup(bm->name),
+            .granularity = bm->granularity_bits < 64 ? 1ull << bm->granularity_bits : 0,
+            .in_use = bm->flags & QCOW2_BME_IN_USE,
+            .enabled = bm->flags & QCOW2_BME_AUTO,
+        };
+        info->n_bitmaps++;
+        if (!info->bitmaps[i].name) {
+            return err_set(ENOMEM, "bitmap list");
+        }
+    }
+    return 0;
+}
