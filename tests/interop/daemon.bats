@@ -126,7 +126,9 @@ if port:
     t.listen(16)
     socks.append(t)
 for i, s in enumerate(socks):
-    os.dup2(s.fileno(), 3 + i)   # dup2 makes the copy inheritable
+    if s.fileno() != 3 + i:
+        os.dup2(s.fileno(), 3 + i)
+    os.set_inheritable(3 + i, True)
 os.environ["LISTEN_FDS"] = str(len(socks))
 os.environ["LISTEN_PID"] = str(os.getpid())
 os.execv(argv[0], argv)
