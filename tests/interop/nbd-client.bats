@@ -458,3 +458,42 @@ kill_peer_midway() {
         [[ "$stderr" == *"cannot connect"* ]]
     done
 }
+
+@test "URI forms: a percent-encoded export name, localhost; malformed URIs are one clear line (exit 1)" {
+    require_tool qemu-nbd
+    make_pattern "$TEST_DIR/e.raw" $MiB
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -r -x 'my disk/1' -f raw "$TEST_DIR/e.raw"
+    run "$DISKIMG" compare -f raw -F raw "$TEST_DIR/e.raw" "nbd+unix:///my%20disk/1?socket=$TEST_DIR/q.sock"
+    assert_success
+    stop_peer "$PEER_PID"
+    start_peer_tcp qemu-nbd 127.0.0.1 -t -r -x exp -f raw "$TEST_DIR/e.raw"
+    run "$DISKIMG" compare -f raw -F raw "$TEST_DIR/e.raw" "nbd://localhost:$PORT/exp"
+    assert_success
+    local uri
+    for uri in "nbd://127.0.0.1:abc/" "nbd://127.0.0.1:99999/" "nbd://:$PORT/" \
+               "nbd+unix://host/?socket=$TEST_DIR/q.sock" "nbd+unix:///" "nbd+unix:///?socket="; do
+        run --separate-stderr timeout 30 "$DISKIMG" info "$uri"
+        [[ $status -eq 1 && $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == "diskimg: "* ]] || {
+            echo "info $uri: exit $status, stderr '$stderr'" >&2
+            return 1
+        }
+    done
+}
+
+@test "a read-only export as convert target (qemu-nbd -r, nbdkit -r): exit 1, one line saying read-only" {
+    require_tool qemu-nbd nbdkit
+    make_pattern "$TEST_DIR/src.raw" $MiB
+    truncate -s 1M "$TEST_DIR/e.raw"
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -r -f raw "$TEST_DIR/e.raw"
+    start_nbdkit "$TEST_DIR/k.sock" -r memory 1M
+    local s
+    for s in q k; do
+        run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$TEST_DIR/src.raw" "$(unix_uri "$TEST_DIR/$s.sock")"
+        assert_failure 1
+        [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == *read-only* ]] || {
+            echo "unclear: $stderr" >&2
+            return 1
+        }
+    done
+    range_is "$TEST_DIR/e.raw" 0 $MiB 00
+}
