@@ -100,6 +100,9 @@ struct blk_image_opts {
     const char *tls_creds;
     const char *tls_psk;
     const char *tls_username;
+    /* NBD: connections to open when the server allows multi-conn (bulk
+     * copies and benchmarks; 0 or 1: one) */
+    unsigned nbd_connections;
 };
 
 struct blk_image;
@@ -128,7 +131,13 @@ int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, u
 /* Write whole clusters compressed (qcow2); -ENOTSUP for formats that
  * cannot.  off is cluster-aligned; len is one cluster, or less at the end
  * of the image. */
-int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *buf, uint64_t len);
+/* Compressed clusters (qcow2): compress one cluster (len bytes; -ENOSPC
+ * when it does not shrink: write it normally), then write the result at
+ * its cluster-aligned offset.  Compressing needs no lock, so callers may
+ * compress in parallel and write in order. */
+int blk_image_compress(struct blk_image *img, const void *in, uint64_t len, void *out, size_t cap,
+                       size_t *out_len);
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *data, size_t clen);
 /* The format's cluster size, or 0 (raw). */
 uint64_t blk_image_cluster_size(struct blk_image *img);
 /* Honours --discard: a no-op (success) with discard=ignore. */
@@ -140,6 +149,11 @@ int blk_image_flush(struct blk_image *img);
 int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
                            struct blk_extent *ext);
 int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len);
+/* Whether the image has a backing file (opened). */
+bool blk_image_has_backing(struct blk_image *img);
+/* Whether block status says the whole image reads as zeroes (stops at the
+ * first extent that does not). */
+int blk_image_reads_as_zero(struct blk_image *img, bool *zero);
 
 /* ---- Option spellings (qemu's) ---- */
 

@@ -189,17 +189,50 @@ static int write_sparse(struct copy *c, uint64_t off, const uint8_t *buf, uint64
     return 0;
 }
 
-static int write_compressed(struct copy *c, uint64_t off, const uint8_t *buf, uint64_t len)
+/* Per-worker buffers. */
+struct worker_bufs {
+    uint8_t *data; /* c->buffer bytes read from the source */
+    uint8_t *out;  /* compression: one cluster-sized slot per cluster */
+    size_t *clen;  /* compression: per cluster, see CLUSTER_* */
+};
+
+#define CLUSTER_ZERO 0           /* reads as zeroes */
+#define CLUSTER_RAW ((size_t)-1) /* does not shrink: written as it is */
+
+/* Compress every cluster of a data claim, before waiting for its turn to
+ * write: workers compress in parallel even when writes go in order. */
+static int compress_claim(struct copy *c, const struct claim *cl, struct worker_bufs *w)
 {
-    for (uint64_t pos = 0; pos < len; pos += c->cluster) {
-        uint64_t n = MIN(c->cluster, len - pos);
+    for (uint64_t pos = 0, i = 0; pos < cl->len; pos += c->cluster, i++) {
+        uint64_t n = MIN(c->cluster, cl->len - pos);
+        const uint8_t *in = w->data + pos;
         int r;
-        if (buffer_is_zero(buf + pos, n)) {
-            r = c->o->target_is_zero
-                    ? 0
-                    : blk_image_pwrite_zeroes(c->dst, off + pos, n, BLK_REQ_MAY_UNMAP);
+        if (buffer_is_zero(in, n)) {
+            w->clen[i] = CLUSTER_ZERO;
+            continue;
+        }
+        r = blk_image_compress(c->dst, in, n, w->out + i * c->cluster, c->cluster, &w->clen[i]);
+        if (r == -ENOSPC) {
+            w->clen[i] = CLUSTER_RAW;
+        } else if (r < 0) {
+            return r;
+        }
+    }
+    return 0;
+}
+
+static int write_compressed(struct copy *c, const struct claim *cl, const struct worker_bufs *w)
+{
+    for (uint64_t pos = 0, i = 0; pos < cl->len; pos += c->cluster, i++) {
+        uint64_t off = cl->start + pos, n = MIN(c->cluster, cl->len - pos);
+        int r;
+        if (w->clen[i] == CLUSTER_ZERO) {
+            r = c->o->target_is_zero ? 0
+                                     : blk_image_pwrite_zeroes(c->dst, off, n, BLK_REQ_MAY_UNMAP);
+        } else if (w->clen[i] == CLUSTER_RAW) {
+            r = blk_image_pwrite(c->dst, off, w->data + pos, n, 0);
         } else {
-            r = blk_image_pwrite_compressed(c->dst, off + pos, buf + pos, n);
+            r = blk_image_pwrite_compressed(c->dst, off, w->out + i * c->cluster, w->clen[i]);
         }
         if (r < 0) {
             return r;
@@ -208,13 +241,16 @@ static int write_compressed(struct copy *c, uint64_t off, const uint8_t *buf, ui
     return 0;
 }
 
-static int process_claim(struct copy *c, const struct claim *cl, uint8_t *buf,
+static int process_claim(struct copy *c, const struct claim *cl, struct worker_bufs *w,
                          const uint8_t *zeroes)
 {
     int r = 0;
 
     if (cl->kind == CLAIM_DATA) {
-        r = blk_image_pread(c->src, cl->start, buf, cl->len);
+        r = blk_image_pread(c->src, cl->start, w->data, cl->len);
+        if (r == 0 && c->o->compress) {
+            r = compress_claim(c, cl, w);
+        }
     }
     if (r < 0) {
         return r;
@@ -233,8 +269,8 @@ static int process_claim(struct copy *c, const struct claim *cl, uint8_t *buf,
         r = write_zero_range(c, cl->start, cl->len, zeroes);
         break;
     case CLAIM_DATA:
-        r = c->o->compress ? write_compressed(c, cl->start, buf, cl->len)
-                           : write_sparse(c, cl->start, buf, cl->len, zeroes);
+        r = c->o->compress ? write_compressed(c, cl, w)
+                           : write_sparse(c, cl->start, w->data, cl->len, zeroes);
         break;
     }
     return r;
@@ -249,12 +285,18 @@ static void *copy_worker(void *arg)
 {
     struct worker_arg *wa = arg;
     struct copy *c = wa->c;
-    void *buf = NULL;
+    struct worker_bufs w = {NULL, NULL, NULL};
+    void *data = NULL;
 
-    if (posix_memalign(&buf, 4096, c->buffer) != 0) {
+    if (posix_memalign(&data, 4096, c->buffer) != 0 ||
+        (c->o->compress && (!(w.out = malloc(c->buffer)) ||
+                            !(w.clen = calloc(c->buffer / c->cluster, sizeof *w.clen))))) {
+        free(data);
+        free(w.out);
         copy_fail(c, err_set(ENOMEM, "copy buffer"));
         return NULL;
     }
+    w.data = data;
     for (;;) {
         struct claim cl;
         int r;
@@ -270,7 +312,7 @@ static void *copy_worker(void *arg)
             break;
         }
         if (r == 0) {
-            r = process_claim(c, &cl, buf, wa->zeroes);
+            r = process_claim(c, &cl, &w, wa->zeroes);
         }
         if (r < 0) {
             copy_fail(c, r);
@@ -278,7 +320,9 @@ static void *copy_worker(void *arg)
         }
         finish_claim(c, &cl);
     }
-    free(buf);
+    free(data);
+    free(w.out);
+    free(w.clen);
     return NULL;
 }
 

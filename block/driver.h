@@ -45,6 +45,7 @@ struct blk_open_opts {
     const char *tls_creds;
     const char *tls_psk;
     const char *tls_username;
+    unsigned connections;          /* nbd: at most this many with multi-conn (0, 1: one) */
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
 };
@@ -77,8 +78,14 @@ struct blk_driver {
      * range is not aligned to request_alignment (see zero_alignment). */
     int (*pwrite_zeroes)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
     int (*discard)(struct blk_node *n, uint64_t off, uint64_t len);
-    /* Write one whole cluster compressed (qcow2). */
-    int (*pwrite_compressed)(struct blk_node *n, uint64_t off, const void *buf, uint64_t len);
+    /* Compressed clusters (qcow2), in two steps so that callers can
+     * compress in parallel and still write in order: compress one cluster
+     * (len bytes, the last one of the image may be short; pure CPU,
+     * -ENOSPC when it does not shrink), then write the result at a
+     * cluster-aligned guest offset. */
+    int (*compress)(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                    size_t *out_len);
+    int (*pwrite_compressed)(struct blk_node *n, uint64_t off, const void *data, size_t clen);
     /* The format's allocation unit (0: none). */
     uint64_t (*cluster_size)(struct blk_node *n);
     /* Own caches (formats) or stable storage (protocols); the generic layer
@@ -100,6 +107,8 @@ struct blk_driver {
     /* Format a newly created (empty) protocol node. */
     int (*create)(struct blk_node *file, const struct blk_create_opts *o, char **summary);
     const char *create_help; /* text for -o help */
+    /* Reject bad creation options before any file is touched (no I/O). */
+    int (*create_check)(const struct blk_create_opts *o);
     /* Consistency check and repair (formats); NULL: nothing to check. */
     int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
                  struct blk_check_result *res);

@@ -45,6 +45,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .tls_creds = opts->tls_creds,
         .tls_psk = opts->tls_psk,
         .tls_username = opts->tls_username,
+        .connections = opts->nbd_connections,
     };
     struct blk_node *root = NULL;
     struct blk_image *img;
@@ -184,23 +185,41 @@ int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, u
     return blk_pwrite_zeroes(img->root, off, len, blk_image_zero_flags(img, flags));
 }
 
-int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *buf, uint64_t len)
+static int compression_supported(struct blk_image *img)
 {
     struct blk_node *n = img->root;
-    uint64_t size = blk_image_size(img);
 
-    if (img->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
-    }
-    if (!n->drv->pwrite_compressed) {
+    if (!n->drv->compress || !n->drv->pwrite_compressed) {
         return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", n->filename,
                         n->drv->name);
     }
-    if (off > size || len > size - off) {
+    return 0;
+}
+
+int blk_image_compress(struct blk_image *img, const void *in, uint64_t len, void *out, size_t cap,
+                       size_t *out_len)
+{
+    int r = compression_supported(img);
+
+    return r < 0 ? r : img->root->drv->compress(img->root, in, len, out, cap, out_len);
+}
+
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *data, size_t clen)
+{
+    struct blk_node *n = img->root;
+    int r = compression_supported(img);
+
+    if (r < 0) {
+        return r;
+    }
+    if (img->read_only) {
+        return err_setx(EPERM, "%s is read-only", n->filename);
+    }
+    if (off >= blk_image_size(img)) {
         return err_setx(ENOSPC, "%s: compressed write past the end", n->filename);
     }
     atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
-    return n->drv->pwrite_compressed(n, off, buf, len);
+    return n->drv->pwrite_compressed(n, off, data, clen);
 }
 
 uint64_t blk_image_cluster_size(struct blk_image *img)
@@ -305,6 +324,31 @@ int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
                            struct blk_extent *ext)
 {
     return blk_block_status(img->root, off, len, ext);
+}
+
+bool blk_image_has_backing(struct blk_image *img)
+{
+    return img->root->backing != NULL;
+}
+
+int blk_image_reads_as_zero(struct blk_image *img, bool *zero)
+{
+    uint64_t size = blk_image_size(img);
+
+    *zero = false;
+    for (uint64_t off = 0; off < size;) {
+        struct blk_extent e;
+        int r = blk_image_block_status(img, off, size - off, &e);
+        if (r < 0) {
+            return r;
+        }
+        if (!(e.flags & BLK_EXT_ZERO)) {
+            return 0;
+        }
+        off += e.length;
+    }
+    *zero = true;
+    return 0;
 }
 
 int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len)

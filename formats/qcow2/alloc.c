@@ -508,23 +508,15 @@ static int alloc_compressed_bytes_locked(struct qcow2_state *s, uint64_t len, ui
     return r;
 }
 
-int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, uint64_t len)
+int qcow2_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                   size_t *out_len)
 {
     struct qcow2_state *s = n->opaque;
     uint64_t cs = s->cluster_size;
-    CLEANUP_FREE uint8_t *padded = NULL, *out = NULL;
-    const uint8_t *in = buf;
-    size_t clen = 0;
-    struct qcow2_alloc a;
-    uint64_t host;
-    int r;
+    CLEANUP_FREE uint8_t *padded = NULL;
 
-    if ((off & (cs - 1)) || len > cs || len == 0) {
-        return err_setx(EINVAL, "qcow2: compressed writes take whole clusters");
-    }
-    r = qcow2_bitmaps_before_write(s);
-    if (r < 0) {
-        return r;
+    if (len > cs || len == 0) {
+        return err_setx(EINVAL, "qcow2: compression takes one cluster at most");
     }
     if (len < cs) {
         /* the last cluster of the image: pad it with zeroes */
@@ -532,18 +524,25 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, u
         if (!padded) {
             return err_set(ENOMEM, "qcow2: cluster buffer");
         }
-        memcpy(padded, buf, len);
+        memcpy(padded, in, len);
         in = padded;
     }
-    out = malloc(cs);
-    if (!out) {
-        return err_set(ENOMEM, "qcow2: compression buffer");
+    /* Only worth it if it saves at least a byte. */
+    return qcow2_compress_cluster(s, in, out, MIN(cap, cs - 1), out_len);
+}
+
+int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen)
+{
+    struct qcow2_state *s = n->opaque;
+    uint64_t cs = s->cluster_size;
+    struct qcow2_alloc a;
+    uint64_t host;
+    int r;
+
+    if ((off & (cs - 1)) || clen == 0 || clen >= cs) {
+        return err_setx(EINVAL, "qcow2: a compressed write is one cluster, compressed");
     }
-    r = qcow2_compress_cluster(s, in, out, cs - 1, &clen);
-    if (r == -ENOSPC) {
-        /* Incompressible: an ordinary cluster, as qemu stores it. */
-        return qcow2_pwritev(n, off, &(struct iovec){(void *)buf, len}, 1, 0);
-    }
+    r = qcow2_bitmaps_before_write(s);
     if (r < 0) {
         return r;
     }
@@ -557,7 +556,7 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, u
     r = alloc_compressed_bytes_locked(s, clen, &host);
     pthread_mutex_unlock(&s->lock);
     if (r == 0) {
-        r = blk_pwrite(s->file, host, out, clen, 0);
+        r = blk_pwrite(s->file, host, data, clen, 0);
     }
     pthread_mutex_lock(&s->lock);
     if (r == 0) {

@@ -92,9 +92,14 @@ int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *
     int r;
 
     parse_descriptor(s, l2_entry, &coffset, &csize);
-    if (coffset >= QCOW2_MAX_HOST_OFFSET || coffset < s->cluster_size) {
+    int64_t file_len = blk_get_length(s->file);
+    if (coffset >= QCOW2_MAX_HOST_OFFSET || coffset < s->cluster_size || file_len < 0 ||
+        coffset >= (uint64_t)file_len) {
         return err_setx(EIO, "qcow2: compressed cluster at invalid offset 0x%" PRIx64, coffset);
     }
+    /* The descriptor counts whole sectors; the last one of a file written
+     * without padding is short.  What is missing was never data. */
+    csize = MIN(csize, (uint64_t)file_len - coffset);
     CLEANUP_FREE uint8_t *in = malloc(csize);
     if (!in) {
         return err_set(ENOMEM, "qcow2: compressed cluster of %" PRIu64 " bytes", csize);

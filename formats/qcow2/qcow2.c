@@ -183,6 +183,22 @@ static int qcow2_preadv(struct blk_node *n, uint64_t off, const struct iovec *io
 
 /* ---- flush, status, size ---- */
 
+/* The last compressed cluster may end mid-sector, and be the end of the
+ * file: pad it to a sector, as qemu does, so that readers working in
+ * sectors (an NBD export of the file, O_DIRECT) find the whole sector.
+ * The slack after compressed_next is ours until the next compressed
+ * allocation, which the lock holds off. */
+static int pad_compressed_tail_locked(struct qcow2_state *s)
+{
+    static const uint8_t zeroes[512];
+    uint64_t end = s->compressed_next;
+
+    if (!end || end % 512 == 0) {
+        return 0;
+    }
+    return blk_pwrite(s->file, end, zeroes, 512 - end % 512, 0);
+}
+
 static int qcow2_flush(struct blk_node *n)
 {
     struct qcow2_state *s = n->opaque;
@@ -192,7 +208,10 @@ static int qcow2_flush(struct blk_node *n)
         return 0;
     }
     pthread_mutex_lock(&s->lock);
-    r = qcow2_flush_caches_locked(s);
+    r = pad_compressed_tail_locked(s);
+    if (r == 0) {
+        r = qcow2_flush_caches_locked(s);
+    }
     pthread_mutex_unlock(&s->lock);
     return r;
 }
@@ -716,7 +735,7 @@ static void qcow2_close(struct blk_node *n)
 
     if (!s->read_only && !s->corrupt) {
         pthread_mutex_lock(&s->lock);
-        if (qcow2_flush_caches_locked(s) < 0) {
+        if (pad_compressed_tail_locked(s) < 0 || qcow2_flush_caches_locked(s) < 0) {
             log_error("qcow2: %s: writing metadata at close: %s", n->filename, err_msg());
         }
         pthread_mutex_unlock(&s->lock);
@@ -811,6 +830,7 @@ static const struct blk_driver qcow2_driver = {
     .pwritev = qcow2_pwritev,
     .pwrite_zeroes = qcow2_pwrite_zeroes,
     .discard = qcow2_discard,
+    .compress = qcow2_compress,
     .pwrite_compressed = qcow2_pwrite_compressed,
     .cluster_size = qcow2_cluster_size,
     .flush = qcow2_flush,
@@ -821,6 +841,7 @@ static const struct blk_driver qcow2_driver = {
     .get_info = qcow2_get_info,
     .load_bitmap = qcow2_load_bitmap,
     .create = qcow2_create,
+    .create_check = qcow2_create_check,
     .create_help = QCOW2_CREATE_HELP,
 };
 

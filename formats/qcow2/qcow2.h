@@ -258,7 +258,9 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
                   unsigned flags);
 int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len);
-int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *buf, uint64_t len);
+int qcow2_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                   size_t *out_len);
+int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen);
 
 /* Map every cluster of the image to a host cluster (create -o
  * preallocation): metadata only, or also fallocate the data (falloc), or
@@ -267,6 +269,7 @@ int qcow2_preallocate(struct blk_node *n, bool falloc, bool full, bool keep_back
 
 /* create.c */
 int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
+int qcow2_create_check(const struct blk_create_opts *o);
 #define QCOW2_CREATE_HELP                                                                          \
     "Supported options:\n"                                                                         \
     "  backing_file=<file>      File name of a base image\n"                                       \
