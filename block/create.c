@@ -27,6 +27,9 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (!drv || !drv->is_format || !drv->create) {
         return err_setx(EINVAL, "unknown image format '%s' (raw, qcow2)", o->format);
     }
+    if (drv->create_check && (r = drv->create_check(o)) < 0) {
+        return r; /* an existing file stays as it was */
+    }
     fd = open(o->filename, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         return err_set(errno, "%s", o->filename);

@@ -32,10 +32,12 @@ static void bench_usage(FILE *f)
                "  -d DEPTH           requests in flight (default 64)\n"
                "  -s SIZE            bytes per request (default 4k)\n"
                "  -c COUNT           number of requests (default 75000)\n"
-               "  -o OFFSET          first offset for --pattern=seq (default 0)\n"
-               "      --flush-interval=N  flush after every N writes (waits for them first)\n"
+               "  -o OFFSET          start of the region requests fall in (default 0)\n"
+               "      --flush-interval=N  a flush after every N writes (other writes may\n"
+               "                     stay in flight meanwhile)\n"
                "      --pattern=P    seq (default) or rand: request offsets\n"
-               "  -t CACHE           cache mode for a local image (default writeback)\n"
+               "  -t CACHE           cache mode (default writeback): writethrough makes every\n"
+               "                     write FUA, unsafe drops flushes, even over NBD\n"
                "      --aio=ENGINE   threads (default) or io_uring, for a local image\n"
                "      --output=FMT   human (default) or json\n" CMD_TLS_HELP
                "  -h, --help         this help\n"
@@ -125,7 +127,9 @@ static int bench_run(int argc, char **argv)
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP};
+    struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK,
+                               .discard = BLK_DISCARD_UNMAP,
+                               .nbd_connections = CMD_NBD_CONNECTIONS};
     static struct bench b;
     uint64_t depth = 64, v;
     bool json = false;

@@ -66,4 +66,8 @@ bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o);
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);
 
+/* NBD connections for bulk work (convert, bench) where the server
+ * allows multi-conn; metadata commands use one. */
+#define CMD_NBD_CONNECTIONS 4
+
 #endif

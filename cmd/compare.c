@@ -11,6 +11,7 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "progress.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 
@@ -22,14 +23,17 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p] [-q] IMAGE1 IMAGE2\n"
+    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q] IMAGE1 "
+               "IMAGE2\n"
                "\n"
                "Compare the contents of two images (files or NBD URIs).\n"
                "\n"
                "  -f FMT    format of IMAGE1 (default: probe)\n"
                "  -F FMT    format of IMAGE2 (default: probe)\n"
-               "  -s        strict: sizes and allocation must match too\n"
-               "  -p        progress on stderr\n"
+               "  -s        strict: sizes and block status (data, zero, allocated,\n"
+               "            offset) must match too, as qemu-img compare -s\n"
+               "  -p        progress on stderr (percent, rate, time left)\n"
+               "  --progress=json  progress as JSON lines on stderr\n"
                "  -q        quiet: only the exit status\n" CMD_TLS_HELP "  -h        this help\n"
                "\n"
                "Without -s, an image larger than the other is equal if its extra tail reads\n"
@@ -40,9 +44,16 @@ static void compare_usage(FILE *f)
 
 struct cmp {
     struct blk_image *a, *b;
-    bool strict, quiet, progress;
+    bool strict, quiet;
     uint8_t *ba, *bb;
+    struct cmd_progress progress;
+    uint64_t total;
 };
+
+/* What strict mode compares: qemu-img compare -s compares the whole block
+ * status, so a hole differs from written zeroes, a zero cluster from an
+ * unallocated one, and a preallocated cluster from both. */
+#define STRICT_FLAGS (BLK_EXT_DATA | BLK_EXT_ZERO | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET)
 
 /* First differing offset in [off, off+len) of a and b, or len if none:
  * *status gets an exit code on failure. */
@@ -59,7 +70,8 @@ static int cmp_range(struct cmp *c, uint64_t off, uint64_t len, uint64_t *diff)
         }
         uint64_t n = MIN(MIN(ea.length, eb.length), (uint64_t)CMP_CHUNK);
         bool za = ea.flags & BLK_EXT_ZERO, zb = eb.flags & BLK_EXT_ZERO;
-        if (c->strict && (ea.flags & BLK_EXT_ALLOCATED) != (eb.flags & BLK_EXT_ALLOCATED)) {
+        cmd_progress_update(&c->progress, off, c->total);
+        if (c->strict && (ea.flags & STRICT_FLAGS) != (eb.flags & STRICT_FLAGS)) {
             if (!c->quiet) {
                 printf("Strict mode: Offset %" PRIu64 " block status mismatch!\n", off);
             }
@@ -93,6 +105,7 @@ static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t
     *diff = UINT64_MAX;
     while (off < end) {
         struct blk_extent e;
+        cmd_progress_update(&c->progress, off, c->total);
         if (blk_image_block_status(img, off, end - off, &e) < 0) {
             cmd_print_error(-1);
             return EXIT_CMP_STATUS;
@@ -121,9 +134,12 @@ static int compare_run(int argc, char **argv)
     struct cmp c = {0};
     uint64_t diff = UINT64_MAX;
     int ch, status = 0, r;
+    bool progress = false, progress_json = false;
+    enum { OPT_PROGRESS = 256 };
 
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
+        {"progress", required_argument, NULL, OPT_PROGRESS},
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -144,7 +160,14 @@ static int compare_run(int argc, char **argv)
             c.strict = true;
             break;
         case 'p':
-            c.progress = true;
+            progress = true;
+            break;
+        case OPT_PROGRESS:
+            if (strcmp(optarg, "human") != 0 && strcmp(optarg, "json") != 0) {
+                return cmd_usage_error("compare", "--progress takes human or json");
+            }
+            progress = true;
+            progress_json = strcmp(optarg, "json") == 0;
             break;
         case 'q':
             c.quiet = true;
@@ -175,6 +198,8 @@ static int compare_run(int argc, char **argv)
     c.ba = malloc(CMP_CHUNK);
     c.bb = malloc(CMP_CHUNK);
     uint64_t sa = blk_image_size(c.a), sb = blk_image_size(c.b);
+    c.total = MAX(sa, sb);
+    cmd_progress_start(&c.progress, progress && !c.quiet, progress_json);
     if (!c.ba || !c.bb) {
         status = EXIT_ERROR;
     } else if (c.strict && sa != sb) {
@@ -189,6 +214,11 @@ static int compare_run(int argc, char **argv)
                 printf("Warning: Image size mismatch!\n");
             }
             status = cmp_tail(&c, sa > sb ? c.a : c.b, MIN(sa, sb), MAX(sa, sb), &diff);
+        }
+        if (status == 0) {
+            cmd_progress_finish(&c.progress, c.total);
+        } else {
+            cmd_progress_abort(&c.progress);
         }
         if (status == 0 && diff != UINT64_MAX) {
             if (!c.quiet) {

@@ -11,17 +11,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "block/block.h"
 #include "cmd.h"
+#include "progress.h"
 #include "common/error.h"
 #include "common/util.h"
 #include "nbd/uri.h"
 
 #define DEFAULT_WORKERS 8
-#define EXIT_INTERRUPTED 130
-
+/* Stopped by a signal: 128 + its number, as a shell reports it (130 for
+ * SIGINT, 143 for SIGTERM). */
 static volatile int convert_cancel;
 
 static void convert_usage(FILE *f)
@@ -39,7 +41,8 @@ static void convert_usage(FILE *f)
             "  -f FMT            source format (default: probe)\n"
             "  -O FMT            target format: raw (default) or qcow2\n"
             "  -o OPTIONS        target creation options (see diskimg create -o help)\n"
-            "  -c                compress the target (qcow2), on all cores\n"
+            "  -c                compress the target (qcow2) in the -m workers, so on every\n"
+            "                    core; writes stay in order unless -W\n"
             "  -n                do not create DST: it exists and is at least as large\n"
             "  -S SIZE           zero runs of at least SIZE become holes (default 4k);\n"
             "                    -S 0 writes everything\n"
@@ -56,58 +59,15 @@ static void convert_usage(FILE *f)
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
             "  -q                quiet\n" CMD_TLS_HELP "  -h, --help        this help\n"
             "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted.  A target\n"
+            "Exit status: 0 success, 1 failure, 2 bad usage, 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails.  See diskimg-convert(1).\n",
             DEFAULT_WORKERS);
 }
 
-struct progress {
-    bool on, json, tty;
-    uint64_t start_ns, last_ns;
-    pthread_mutex_t lock;
-};
-
-static void progress_print(struct progress *p, uint64_t done, uint64_t total, bool final)
-{
-    uint64_t now = clock_ns();
-    double secs = (double)(now - p->start_ns) / 1e9;
-    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
-    double rate = secs > 0 ? (double)done / secs / 1e6 : 0;
-    double eta = rate > 0 && done < total ? (double)(total - done) / 1e6 / rate : 0;
-
-    if (p->json) {
-        fprintf(stderr,
-                "{\"progress\": %.2f, \"bytes\": %" PRIu64 ", \"total\": %" PRIu64
-                ", \"elapsed-s\": %.1f, \"rate-mbps\": %.1f, \"eta-s\": %.0f%s}\n",
-                pct, done, total, secs, rate, eta, final ? ", \"done\": true" : "");
-    } else {
-        fprintf(stderr, "    (%.2f/100%%)  %.1f MB/s  ETA %d:%02d%s", pct, rate, (int)eta / 60,
-                (int)eta % 60,
-                final    ? "\n"
-                : p->tty ? "\r"
-                         : "\n");
-    }
-    fflush(stderr);
-}
-
-static void progress_cb(void *opaque, uint64_t done, uint64_t total)
-{
-    struct progress *p = opaque;
-    uint64_t now = clock_ns();
-    uint64_t every = p->json || !p->tty ? 1000000000ULL : 200000000ULL;
-
-    pthread_mutex_lock(&p->lock);
-    if (now - p->last_ns >= every && done < total) {
-        p->last_ns = now;
-        progress_print(p, done, total, false);
-    }
-    pthread_mutex_unlock(&p->lock);
-}
-
 static void on_signal(int sig)
 {
-    (void)sig;
-    convert_cancel = 1;
+    convert_cancel = sig;
+    diskimg_interrupted = 1; /* NBD handshakes in progress give up too */
 }
 
 struct convert_opts {
@@ -117,7 +77,8 @@ struct convert_opts {
     char *options; /* merged -o */
     bool create_target;
     bool quiet;
-    struct progress progress;
+    struct cmd_progress progress;
+    bool progress_on, progress_json;
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -164,7 +125,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             o->copy.compress = true;
             break;
         case 'p':
-            o->progress.on = true;
+            o->progress_on = true;
             break;
         case 'q':
             o->quiet = true;
@@ -217,8 +178,8 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "human") != 0) {
                 return cmd_usage_error("convert", "--progress takes human or json");
             }
-            o->progress.on = true;
-            o->progress.json = strcmp(optarg, "json") == 0;
+            o->progress_on = true;
+            o->progress_json = strcmp(optarg, "json") == 0;
             break;
         case ':':
             return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
@@ -230,20 +191,47 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             return cmd_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (o->options && strcmp(o->options, "help") == 0) {
+        const char *help = blk_create_options_help(o->create.format);
+        if (!help) {
+            return cmd_usage_error("convert", "unknown format '%s'", o->create.format);
+        }
+        fputs(help, stdout);
+        return -1; /* done, successfully */
+    }
     if (argc - optind != 2) {
         return cmd_usage_error("convert", "expected SRC and DST");
     }
     o->src.filename = argv[optind];
     o->dst.filename = o->create.filename = argv[optind + 1];
-    if (nbd_uri_is(o->dst.filename)) {
-        o->create_target = false; /* an export exists already */
+    bool nbd_target = nbd_uri_is(o->dst.filename);
+    if (nbd_target) {
+        o->create_target = false; /* -n is implied: an export exists already */
         o->dst.format = o->dst.format ? o->dst.format : "raw";
     }
+    if (!o->dst.format) {
+        o->dst.format = o->create.format; /* -O, raw by default, as qemu-img: never probed */
+    }
+    const char *existing = nbd_target ? "an NBD export" : "an existing target (-n)";
     if (o->copy.target_is_zero && o->create_target) {
         return cmd_usage_error("convert", "--target-is-zero needs -n");
     }
+    if (o->copy.target_is_zero && o->create.backing_file) {
+        return cmd_usage_error("convert", "--target-is-zero cannot be used with -B: the target "
+                                          "reads its backing file, not zeroes");
+    }
     if (!o->create_target && o->create.options) {
-        return cmd_usage_error("convert", "-o has no effect without creating the target (-n)");
+        return cmd_usage_error("convert", "-o sets creation options, which %s does not take",
+                               existing);
+    }
+    if (!o->create_target && (o->create.backing_file || o->create.backing_format)) {
+        return cmd_usage_error("convert",
+                               "-B and -F set the backing file of a new target, "
+                               "which %s does not take",
+                               existing);
+    }
+    if (o->create.backing_format && !o->create.backing_file) {
+        return cmd_usage_error("convert", "-F names the format of the -B backing file");
     }
     if (o->copy.compress && strcmp(o->create.format, "qcow2") != 0) {
         return cmd_usage_error("convert", "-c needs -O qcow2 (%s has no compression)",
@@ -252,11 +240,27 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     return 0;
 }
 
+/* Converting a file onto itself would destroy it before it is read
+ * (qemu-img refuses through its image locks). */
+static int same_file_check(const char *src, const char *dst)
+{
+    struct stat a, b;
+
+    if (stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        return err_setx(EINVAL, "%s and %s are the same file", src, dst);
+    }
+    return 0;
+}
+
 static int convert_run(int argc, char **argv)
 {
     struct convert_opts o = {
-        .src = {.read_only = true, .cache = BLK_CACHE_WRITEBACK},
-        .dst = {.cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP},
+        .src = {.read_only = true,
+                .cache = BLK_CACHE_WRITEBACK,
+                .nbd_connections = CMD_NBD_CONNECTIONS},
+        .dst = {.cache = BLK_CACHE_WRITEBACK,
+                .discard = BLK_DISCARD_UNMAP,
+                .nbd_connections = CMD_NBD_CONNECTIONS},
         .create = {.format = "raw"},
         .copy = {.workers = DEFAULT_WORKERS, .min_sparse = 4096},
         .create_target = true,
@@ -277,7 +281,10 @@ static int convert_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    r = blk_image_open(&src, &o.src);
+    r = same_file_check(o.src.filename, o.dst.filename);
+    if (r == 0) {
+        r = blk_image_open(&src, &o.src);
+    }
     if (r < 0) {
         goto out;
     }
@@ -290,35 +297,44 @@ static int convert_run(int argc, char **argv)
             goto out;
         }
         created = true;
-        /* A new image without a backing file reads as zeroes. */
-        o.copy.target_is_zero = !o.create.backing_file;
     }
     r = blk_image_open(&dst, &o.dst);
     if (r < 0) {
         goto out;
     }
-    o.progress.tty = isatty(STDERR_FILENO);
-    o.progress.start_ns = clock_ns();
-    pthread_mutex_init(&o.progress.lock, NULL);
-    if (o.progress.on && !o.quiet) {
-        o.copy.progress = progress_cb;
-        o.copy.progress_opaque = &o.progress;
+    if (created) {
+        /* A new image reads as zeroes, unless it has a backing file (from
+         * -B or -o backing_file); preallocated or not, zeroes need no
+         * writing (writing them could undo the preallocation). */
+        o.copy.target_is_zero = !blk_image_has_backing(dst);
+    } else if (!o.copy.target_is_zero && !o.copy.top_only) {
+        /* An existing target (-n, an NBD export) that block status says
+         * reads as zeroes needs no zeroes written either. */
+        bool zero = false;
+        if (blk_image_reads_as_zero(dst, &zero) < 0) {
+            err_clear(); /* unknown: write the zeroes */
+        }
+        o.copy.target_is_zero = zero;
     }
+    cmd_progress_start(&o.progress, o.progress_on && !o.quiet, o.progress_json);
+    o.copy.progress = cmd_progress_cb;
+    o.copy.progress_opaque = &o.progress;
     o.copy.cancel = &convert_cancel;
     r = blk_copy(src, dst, &o.copy);
     if (r == 0) {
         r = blk_image_flush(dst); /* durable before we say so */
     }
-    if (r == 0 && o.progress.on && !o.quiet) {
-        progress_print(&o.progress, blk_image_size(src), blk_image_size(src), true);
+    if (r == 0) {
+        cmd_progress_finish(&o.progress, blk_image_size(src));
     }
-    status = r == 0 ? EXIT_OK : r == -EINTR ? EXIT_INTERRUPTED : EXIT_ERROR;
+    status = r == 0 ? EXIT_OK : r == -EINTR ? 128 + convert_cancel : EXIT_ERROR;
 
 out:
+    if (r < 0 && convert_cancel) {
+        status = 128 + convert_cancel; /* interrupted, wherever it happened */
+    }
     if (r < 0) {
-        if (o.progress.on && o.progress.tty && !o.progress.json) {
-            fputc('\n', stderr);
-        }
+        cmd_progress_abort(&o.progress);
         cmd_print_error(r);
     }
     if (dst) {

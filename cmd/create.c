@@ -8,6 +8,7 @@
 #include "cmd.h"
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "nbd/uri.h"
 
 static void create_usage(FILE *f)
 {
@@ -98,6 +99,13 @@ static int create_run(int argc, char **argv)
                                          "opened");
     }
     o.no_open_backing = unsafe_backing;
+    if (nbd_uri_is(o.filename)) {
+        fprintf(stderr,
+                "diskimg: %s: an NBD export exists already and cannot be created; "
+                "write into it with 'diskimg convert'\n",
+                o.filename);
+        return EXIT_ERROR;
+    }
     r = blk_create(&o, &summary);
     if (r < 0) {
         cmd_print_error(r);

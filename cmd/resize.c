@@ -17,7 +17,7 @@ static void resize_usage(FILE *f)
                "  -f, --format=FMT  raw or qcow2 (default: probe)\n"
                "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
                "                    stored past the new end\n"
-               "  -q, --quiet       do not print 'Image resized.'\n"
+               "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP
                "  -h, --help        this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-resize(1).\n");
@@ -31,6 +31,7 @@ static int resize_run(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"shrink", no_argument, NULL, OPT_SHRINK},
         {"quiet", no_argument, NULL, 'q'},
+        CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.discard = BLK_DISCARD_UNMAP};
@@ -63,6 +64,9 @@ static int resize_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("resize", "option '%s' needs a value", argv[optind - 1]);
         default:
+            if (cmd_tls_option(c, optarg, &o)) {
+                break;
+            }
             return cmd_usage_error("resize", "unknown option '%s'", argv[optind - 1]);
         }
     }

@@ -285,3 +285,5 @@ int kv_foreach(const char *list, int (*fn)(const char *key, const char *value, v
     free(buf);
     return r;
 }
+
+volatile sig_atomic_t diskimg_interrupted;

@@ -40,4 +40,9 @@ uint64_t clock_ns(void);
 int kv_foreach(const char *list, int (*fn)(const char *key, const char *value, void *opaque),
                void *opaque);
 
+/* Set by a command's SIGINT/SIGTERM handler; long waits that a signal
+ * may not interrupt (another thread may take it) poll it. */
+#include <signal.h>
+extern volatile sig_atomic_t diskimg_interrupted;
+
 #endif

@@ -106,7 +106,7 @@ static int raw_check_probe_safe(struct blk_node *n, uint64_t off, const struct i
     if (d && strcmp(d->name, "raw") != 0) {
         return err_setx(EPERM,
                         "%s: refusing a write that would make this probed raw image look like %s "
-                        "(name the format with -f raw to allow it)",
+                        "(name the format raw explicitly to allow it)",
                         n->filename, d->name);
     }
     return 0;
@@ -207,6 +207,16 @@ static int raw_create_opt(const char *key, const char *value, void *opaque)
     return 0;
 }
 
+static int raw_create_check(const struct blk_create_opts *o)
+{
+    struct raw_create c = {.size = o->size, .size_set = o->size_set};
+
+    if (o->backing_file) {
+        return err_setx(EINVAL, "raw images cannot have a backing file");
+    }
+    return o->options ? kv_foreach(o->options, raw_create_opt, &c) : 0;
+}
+
 static int raw_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
 {
     static const char *const prealloc_names[] = {"off", "falloc", "full"};
@@ -260,6 +270,7 @@ static const struct blk_driver raw_driver = {
     .get_length = raw_get_length,
     .truncate = raw_truncate,
     .create = raw_create,
+    .create_check = raw_create_check,
     .create_help = "Supported options:\n"
                    "  size=<size>             Virtual disk size\n"
                    "  preallocation=<mode>    off (default), falloc, full\n",

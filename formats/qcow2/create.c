@@ -377,9 +377,10 @@ static int create_image(struct blk_node *file, const struct blk_create_opts *o,
     return 0;
 }
 
-int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+/* The options as given: defaults, then -o (values it keeps are owned). */
+static int parse_create_opts(const struct blk_create_opts *o, struct create_opts *c)
 {
-    struct create_opts c = {
+    *c = (struct create_opts){
         .size = o->size,
         .size_set = o->size_set,
         .version = 3,
@@ -388,13 +389,37 @@ int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **
         .backing_file = o->backing_file,
         .backing_format = o->backing_format,
     };
-    int r = o->options ? kv_foreach(o->options, create_opt, &c) : 0;
+    return o->options ? kv_foreach(o->options, create_opt, c) : 0;
+}
+
+static void free_create_opts(struct create_opts *c)
+{
+    for (unsigned i = 0; i < c->n_owned; i++) {
+        free(c->owned[i]);
+    }
+}
+
+int qcow2_create_check(const struct blk_create_opts *o)
+{
+    struct create_opts c;
+    int r = parse_create_opts(o, &c);
+
+    if (r == 0 && c.size_set) {
+        c.size = ROUND_UP(c.size, 512);
+        r = validate(&c);
+    }
+    free_create_opts(&c);
+    return r;
+}
+
+int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+{
+    struct create_opts c;
+    int r = parse_create_opts(o, &c);
 
     if (r == 0) {
         r = create_image(file, o, c, summary);
     }
-    for (unsigned i = 0; i < c.n_owned; i++) {
-        free(c.owned[i]);
-    }
+    free_create_opts(&c);
     return r;
 }
