@@ -19,7 +19,7 @@
 #include "tls.h"
 
 #define DEFAULT_MAX_BLOCK (32u << 20)
-#define MULTI_CONN_DEFAULT 4
+#define EXTRA_CONN_TIMEOUT_S 2
 
 struct nbd_drv {
     struct nbd_uri uri;
@@ -29,12 +29,25 @@ struct nbd_drv {
     unsigned nconns;
     _Atomic unsigned next;
     uint32_t max_request;
-    /* The last block status reply, to answer several calls per round trip. */
+    /* The last block status reply, to answer several calls per round trip.
+     * Any write drops it; status_gen counts writes started and ended, so a
+     * reply that raced with a write is used once and never cached. */
     pthread_mutex_t status_lock;
     uint64_t status_start;
     struct nbd_client_extent *status;
     uint32_t n_status;
+    uint64_t status_gen;
 };
+
+static void status_invalidate(struct nbd_drv *d)
+{
+    pthread_mutex_lock(&d->status_lock);
+    d->status_gen++;
+    free(d->status);
+    d->status = NULL;
+    d->n_status = 0;
+    pthread_mutex_unlock(&d->status_lock);
+}
 
 static struct nbd_client_conn *pick_conn(struct nbd_drv *d)
 {
@@ -75,7 +88,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
             return r;
         }
     }
-    r = nbd_client_connect(&d->uri, d->tls, &d->conns[0], &d->exp);
+    r = nbd_client_connect(&d->uri, d->tls, NBD_CLIENT_HANDSHAKE_TIMEOUT_S, &d->conns[0], &d->exp);
     if (r == 0) {
         r = nbd_client_start(d->conns[0]);
     }
@@ -84,15 +97,20 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
     }
     d->nconns = 1;
     if (!opts->read_only && (d->exp.eflags & NBD_FLAG_READ_ONLY)) {
-        return err_setx(EROFS, "%s: the NBD export is read-only (open it read-only)",
+        return err_setx(EROFS, "%s: the NBD export is read-only and cannot be written",
                         opts->filename);
     }
-    /* More connections only where the server says they see each other's
-     * writes and flushes. */
-    want = (d->exp.eflags & NBD_FLAG_CAN_MULTI_CONN) ? MULTI_CONN_DEFAULT : 1;
+    /* More connections only for bulk work (convert, bench) and where the
+     * server says they see each other's writes and flushes.  A server
+     * may still take fewer clients than it advertises multi-conn for
+     * (qemu-nbd -e 2): extra connections that wait in its backlog give up
+     * soon, and the work goes on with those that got through. */
+    want = (d->exp.eflags & NBD_FLAG_CAN_MULTI_CONN)
+               ? MIN(MAX(opts->connections, 1u), (unsigned)NBD_CLIENT_MAX_CONNS)
+               : 1;
     for (unsigned i = 1; i < want; i++) {
         struct nbd_client_export e2;
-        if (nbd_client_connect(&d->uri, d->tls, &d->conns[i], &e2) < 0 ||
+        if (nbd_client_connect(&d->uri, d->tls, EXTRA_CONN_TIMEOUT_S, &d->conns[i], &e2) < 0 ||
             nbd_client_start(d->conns[i]) < 0) {
             nbd_client_close(d->conns[i]);
             d->conns[i] = NULL;
@@ -152,8 +170,8 @@ static int nbd_drv_preadv(struct blk_node *n, uint64_t off, const struct iovec *
     return r;
 }
 
-static int nbd_drv_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
-                           unsigned flags)
+static int nbd_drv_pwritev_chunks(struct blk_node *n, uint64_t off, const struct iovec *iov,
+                                  int iovcnt, unsigned flags)
 {
     struct nbd_drv *d = n->opaque;
     uint64_t len = iov_length(iov, iovcnt);
@@ -177,7 +195,7 @@ static int nbd_drv_pwritev(struct blk_node *n, uint64_t off, const struct iovec 
 /* Commands without payload are split at 4 GiB - 1 (the length field). */
 #define MAX_EFFECT 0xfffff000u
 
-static int nbd_drv_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+static int nbd_drv_zeroes_chunks(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct nbd_drv *d = n->opaque;
     uint16_t f = 0;
@@ -198,7 +216,7 @@ static int nbd_drv_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len,
     return r;
 }
 
-static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len)
+static int nbd_drv_discard_chunks(struct blk_node *n, uint64_t off, uint64_t len)
 {
     struct nbd_drv *d = n->opaque;
     int r = 0;
@@ -212,6 +230,32 @@ static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len)
                                NULL, NULL);
         pos += chunk;
     }
+    return r;
+}
+
+/* Writes of every kind make the cached block status stale. */
+static int nbd_drv_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                           unsigned flags)
+{
+    status_invalidate(n->opaque);
+    int r = nbd_drv_pwritev_chunks(n, off, iov, iovcnt, flags);
+    status_invalidate(n->opaque);
+    return r;
+}
+
+static int nbd_drv_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    status_invalidate(n->opaque);
+    int r = nbd_drv_zeroes_chunks(n, off, len, flags);
+    status_invalidate(n->opaque);
+    return r;
+}
+
+static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    status_invalidate(n->opaque);
+    int r = nbd_drv_discard_chunks(n, off, len);
+    status_invalidate(n->opaque);
     return r;
 }
 
@@ -277,12 +321,20 @@ static int nbd_drv_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     }
     pthread_mutex_lock(&d->status_lock);
     bool hit = status_cached(d, n, off, len, ext);
+    uint64_t gen = d->status_gen;
     pthread_mutex_unlock(&d->status_lock);
     if (hit) {
         return 0;
     }
-    r = nbd_client_request(c, NBD_CMD_BLOCK_STATUS, 0, off,
-                           (uint32_t)MIN(len, (uint64_t)MAX_EFFECT), NULL, 0, NULL, 0, &ex, &n_ex);
+    /* Ask in whole blocks of the server's minimum size (the export's end
+     * may cut the last one); the reply then covers off. */
+    uint64_t qoff = off, qend = MIN(off + MIN(len, (uint64_t)MAX_EFFECT), d->exp.size);
+    if (d->exp.min_block > 1) {
+        qoff = ROUND_DOWN(off, (uint64_t)d->exp.min_block);
+        qend = MIN(ROUND_UP(qend, (uint64_t)d->exp.min_block), d->exp.size);
+    }
+    r = nbd_client_request(c, NBD_CMD_BLOCK_STATUS, 0, qoff, (uint32_t)(qend - qoff), NULL, 0, NULL,
+                           0, &ex, &n_ex);
     if (r < 0) {
         free(ex);
         return r;
@@ -296,9 +348,21 @@ static int nbd_drv_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     free(d->status);
     d->status = ex;
     d->n_status = n_ex;
-    d->status_start = off;
-    status_cached(d, n, off, len, ext);
+    d->status_start = qoff;
+    bool hit2 = status_cached(d, n, off, len, ext);
+    if (d->status_gen != gen) {
+        /* A write ran meanwhile: answer from this reply, do not keep it. */
+        d->status = NULL;
+        d->n_status = 0;
+    } else {
+        ex = NULL;
+    }
     pthread_mutex_unlock(&d->status_lock);
+    free(ex);
+    if (!hit2) {
+        return err_setx(EPROTO, "%s: the NBD server's block status does not cover offset %" PRIu64,
+                        n->filename, off);
+    }
     return 0;
 }
 

@@ -26,7 +26,7 @@
 #include "protocol.h"
 #include "tls.h"
 
-#define HANDSHAKE_TIMEOUT_S 30
+#define POLL_SLICE_MS 200 /* how soon an interrupt is noticed */
 #define MAX_OPTION_REPLY (64u << 10)
 #define NBD_OLDSTYLE_MAGIC 0x00420281861253ULL
 
@@ -36,6 +36,8 @@ struct hs {
     struct nbd_tls_session *tls; /* after STARTTLS */
     uint64_t deadline;
     const char *where; /* for messages */
+    bool options;      /* in the option haggling (fixed newstyle) */
+    bool refused;      /* the server refused an option: say goodbye */
 };
 
 static int hs_recv(struct hs *h, void *buf, size_t len)
@@ -47,10 +49,12 @@ static int hs_recv(struct hs *h, void *buf, size_t len)
         if (now >= h->deadline) {
             return err_setx(ETIMEDOUT, "%s: the NBD server did not answer the handshake", h->where);
         }
+        if (diskimg_interrupted) {
+            return err_setx(EINTR, "%s: interrupted", h->where);
+        }
         struct pollfd pfd = {.fd = h->fd, .events = POLLIN};
-        int r = h->tls && nbd_tls_pending(h->tls)
-                    ? 1
-                    : poll(&pfd, 1, (int)((h->deadline - now) / 1000000) + 1);
+        int wait_ms = (int)MIN((h->deadline - now) / 1000000 + 1, (uint64_t)POLL_SLICE_MS);
+        int r = h->tls && nbd_tls_pending(h->tls) ? 1 : poll(&pfd, 1, wait_ms);
         if (r < 0 && errno != EINTR) {
             return err_set(errno, "%s: poll", h->where);
         }
@@ -198,8 +202,12 @@ static int option_error(struct hs *h, const struct nbd_uri *u, uint32_t opt, uin
 {
     const char *text = len ? (const char *)data : nbd_rep_name(type);
 
+    h->refused = true;
     switch (type) {
     case NBD_REP_ERR_UNKNOWN:
+        if (len && strstr(text, u->export_name) && u->export_name[0]) {
+            return err_setx(ENOENT, "%s: %s", h->where, text); /* it names the export already */
+        }
         return err_setx(ENOENT, "%s: export '%s' not found (%s)", h->where, u->export_name, text);
     case NBD_REP_ERR_TLS_REQD:
         return err_setx(EACCES, "%s: the NBD server requires TLS (use an nbds:// URI)", h->where);
@@ -419,20 +427,23 @@ static int handshake(struct hs *h, struct nbd_client_conn *c, const struct nbd_u
     if (!fixed) {
         return negotiate_export_name(h, u, no_zeroes, exp);
     }
+    h->options = true;
     r = negotiate_structured(h, c, u);
     if (r == 0) {
         r = negotiate_go(h, u, exp);
     }
     if (r == 1) {
-        c->structured = false; /* a server without GO: keep it simple */
+        /* A server without GO.  Structured replies, once acked, stay on
+         * in transmission whatever ends the handshake; block status we
+         * leave alone, since no context was confirmed for this export. */
         c->base_alloc = false;
         r = negotiate_export_name(h, u, no_zeroes, exp);
     }
     return r;
 }
 
-int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_client_conn **out,
-                       struct nbd_client_export *exp)
+int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned timeout_s,
+                       struct nbd_client_conn **out, struct nbd_client_export *exp)
 {
     struct nbd_client_conn *c = calloc(1, sizeof *c);
     char where[300];
@@ -458,7 +469,7 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_
     if (r == 0) {
         struct hs h = {.fd = c->fd,
                        .tls_creds = tls,
-                       .deadline = clock_ns() + HANDSHAKE_TIMEOUT_S * 1000000000ULL,
+                       .deadline = clock_ns() + timeout_s * 1000000000ULL,
                        .where = where};
         if (u->tls && !tls) {
             r = err_setx(EINVAL,
@@ -469,6 +480,14 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_
         memset(exp, 0, sizeof *exp);
         if (r == 0) {
             r = handshake(&h, c, u, exp);
+        }
+        if (r < 0 && h.options && h.refused) {
+            /* A graceful goodbye after a refusal, as the spec asks; the
+             * refusal stays the error reported. */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err_msg());
+            (void)send_option(&h, NBD_OPT_ABORT, NULL, 0);
+            r = err_setx(-r, "%s", why);
         }
         if (r < 0 && h.tls && !c->tls) {
             nbd_tls_session_close(h.tls);

@@ -333,6 +333,9 @@ int nbd_client_start(struct nbd_client_conn *c)
     return 0;
 }
 
+static int send_request(struct nbd_client_conn *c, const struct nbd_request *req,
+                        const struct iovec *payload, int payload_cnt);
+
 void nbd_client_close(struct nbd_client_conn *c)
 {
     if (!c) {
@@ -340,10 +343,14 @@ void nbd_client_close(struct nbd_client_conn *c)
     }
     if (c->reader_running) {
         /* A polite goodbye, then wait for the reader to see the end. */
+        /* Through TLS when the session has it, then TLS's own goodbye. */
         struct nbd_request disc = {htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_DISC), 0, 0, 0};
-        pthread_mutex_lock(&c->send_lock);
-        (void)!send(c->fd, &disc, sizeof disc, MSG_NOSIGNAL);
-        pthread_mutex_unlock(&c->send_lock);
+        (void)send_request(c, &disc, NULL, 0);
+        if (c->tls) {
+            pthread_mutex_lock(&c->send_lock);
+            nbd_tls_bye(c->tls);
+            pthread_mutex_unlock(&c->send_lock);
+        }
         shutdown(c->fd, SHUT_RDWR);
         pthread_join(c->reader, NULL);
     }
@@ -465,7 +472,13 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
     }
     r = s->err ? -s->err : 0;
     if (r < 0) {
-        err_setx(-r, "NBD server: %s%s%s", nbd_cmd_name(type), s->msg[0] ? ": " : "", s->msg);
+        /* The server's message often starts with the command name too. */
+        const char *name = nbd_cmd_name(type), *msg = s->msg;
+        size_t nl = strlen(name);
+        if (strncmp(msg, name, nl) == 0 && msg[nl] == ':') {
+            msg += nl + 1 + (msg[nl + 1] == ' ');
+        }
+        err_setx(-r, "NBD server: %s failed: %s%s%s", name, strerror(-r), msg[0] ? ": " : "", msg);
     }
     if (extents) {
         *extents = s->extents;

@@ -73,10 +73,12 @@ struct nbd_client_export {
     uint32_t min_block, pref_block, max_block;
 };
 
-/* client-handshake.c: connect and negotiate; returns 0 or -errno with a
- * message ("export 'x' not found", "the server requires TLS"). */
-int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, struct nbd_client_conn **out,
-                       struct nbd_client_export *exp);
+/* client-handshake.c: connect and negotiate within timeout_s seconds;
+ * returns 0 or -errno with a message ("export 'x' not found", "the
+ * server requires TLS"). */
+#define NBD_CLIENT_HANDSHAKE_TIMEOUT_S 30
+int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned timeout_s,
+                       struct nbd_client_conn **out, struct nbd_client_export *exp);
 void nbd_client_close(struct nbd_client_conn *c);
 
 /* client.c */

@@ -195,15 +195,13 @@ static int nbd_opt_export_name(struct nbd_conn *c, const char *data, uint32_t le
     int r;
 
     if (!nbd_valid_name(data, len)) {
-        log_info("NBD_OPT_EXPORT_NAME: invalid export name, dropping the client");
-        return -EINVAL;
+        return err_setx(EINVAL, "NBD_OPT_EXPORT_NAME: invalid export name");
     }
     memcpy(name, data, len);
     name[len] = '\0';
     exp = nbd_find_export(c->srv, name);
     if (!exp) {
-        log_info("NBD_OPT_EXPORT_NAME: export '%s' not found, dropping the client", name);
-        return -ENOENT;
+        return err_setx(ENOENT, "NBD_OPT_EXPORT_NAME: export '%s' not found", name);
     }
     reply.exportsize = htobe64(blk_image_size(exp->img));
     reply.eflags = htobe16(nbd_export_flags(c, exp));
@@ -263,8 +261,7 @@ static int nbd_opt_starttls(struct nbd_conn *c, uint32_t len)
     }
     if (c->rpos < c->rlen) {
         /* Bytes sent after STARTTLS before our answer: not a TLS client. */
-        log_info("data after NBD_OPT_STARTTLS before the reply, dropping the client");
-        return -EPROTO;
+        return err_setx(EPROTO, "data after NBD_OPT_STARTTLS before the reply");
     }
     r = nbd_opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
     if (r < 0) {
@@ -273,14 +270,13 @@ static int nbd_opt_starttls(struct nbd_conn *c, uint32_t len)
     r = nbd_tls_handshake(srv->cfg.tls, c->fd, c->deadline_ns, &c->tls, c->tls_peer,
                           sizeof c->tls_peer);
     if (r < 0) {
-        log_info("%s", err_msg());
-        return r;
+        return r; /* the message says why */
     }
     c->structured = false;
     memset(c->meta_selected, 0, sizeof c->meta_selected);
     free(c->meta_export);
     c->meta_export = NULL;
-    log_info("TLS established%s%s", c->tls_peer[0] ? " with " : "", c->tls_peer);
+    log_debug("TLS established%s%s", c->tls_peer[0] ? " with " : "", c->tls_peer);
     return 0;
 }
 
@@ -293,8 +289,7 @@ static int nbd_handle_option(struct nbd_conn *c, uint32_t opt, const char *data,
         /* Nothing about the exports leaks before TLS; EXPORT_NAME has no
          * error reply, so it ends the connection. */
         if (opt == NBD_OPT_EXPORT_NAME) {
-            log_info("NBD_OPT_EXPORT_NAME before TLS, dropping the client");
-            return -EACCES;
+            return err_setx(EACCES, "NBD_OPT_EXPORT_NAME before TLS");
         }
         return nbd_opt_reply_err(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required (STARTTLS)");
     }
@@ -346,8 +341,7 @@ static int nbd_greet(struct nbd_conn *c)
     }
     cflags = be32toh(cflags);
     if (cflags & ~(uint32_t)(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)) {
-        log_info("unknown client flags 0x%" PRIx32 ", dropping the client", cflags);
-        return -EINVAL;
+        return err_setx(EINVAL, "unknown client flags 0x%" PRIx32, cflags);
     }
     c->no_zeroes = cflags & NBD_FLAG_C_NO_ZEROES;
     return 0;
@@ -366,13 +360,10 @@ int nbd_handshake(struct nbd_conn *c)
         }
         uint32_t opt = be32toh(h.option), len = be32toh(h.optlen);
         if (be64toh(h.version) != NBD_IHAVEOPT) {
-            log_info("bad option magic, dropping the client");
-            return -EPROTO;
+            return err_setx(EPROTO, "bad option magic");
         }
         if (len > NBD_MAX_OPTION_LEN) {
-            log_info("%s with %" PRIu32 " bytes of data, dropping the client", nbd_opt_name(opt),
-                     len);
-            return -E2BIG;
+            return err_setx(E2BIG, "%s with %" PRIu32 " bytes of data", nbd_opt_name(opt), len);
         }
         CLEANUP_FREE char *data = malloc((size_t)len + 1);
         if (!data) {

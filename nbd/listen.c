@@ -19,6 +19,13 @@ static int nbd_add_listener(struct nbd_server *srv, int fd);
 
 int nbd_server_add_listen_fd(struct nbd_server *srv, int fd)
 {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+
+    /* Anything else would make accept fail in a tight loop. */
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening) {
+        return err_setx(ENOTSOCK, "socket activation: fd %d is not a listening socket", fd);
+    }
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     return nbd_add_listener(srv, fd);
 }

@@ -147,6 +147,7 @@ static void *nbd_conn_main(void *arg)
     if (srv->cfg.handshake_limit_s) {
         c->deadline_ns = clock_ns() + (uint64_t)srv->cfg.handshake_limit_s * 1000000000ULL;
     }
+    err_clear();
     r = nbd_handshake(c);
     c->deadline_ns = 0;
     if (r == 0) {
@@ -167,7 +168,7 @@ static void *nbd_conn_main(void *arg)
     } else {
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
         log_info("%s dropped during the handshake: %s", c->peer,
-                 r == -ETIMEDOUT ? "time limit reached" : strerror(-r));
+                 r == -ETIMEDOUT ? "time limit reached" : err_msg_or(r));
     }
     nbd_server_conn_finished(srv, c);
     nbd_conn_free(c);
@@ -253,7 +254,7 @@ static bool nbd_handle_wakeups(struct nbd_server *srv)
             if (buf[i] == WAKE_SHUTDOWN) {
                 quit = true;
             } else if (buf[i] == WAKE_STATS) {
-                nbd_server_report_stats(srv, stderr);
+                nbd_server_report_stats(srv);
             }
         }
     }
@@ -317,6 +318,8 @@ int nbd_server_run(struct nbd_server *srv)
     srv->n_listen = 0;
     if (srv->unix_path) {
         unlink(srv->unix_path);
+        free(srv->unix_path);
+        srv->unix_path = NULL;
     }
     nbd_stop_connections(srv);
     return 0;
@@ -329,6 +332,9 @@ void nbd_server_free(struct nbd_server *srv)
     }
     for (unsigned i = 0; i < srv->n_listen; i++) {
         close(srv->listen_fd[i]);
+    }
+    if (srv->unix_path) {
+        unlink(srv->unix_path); /* created, but the server never ran */
     }
     while (srv->exports) {
         struct nbd_export *e = srv->exports;

@@ -48,8 +48,9 @@ int nbd_server_run(struct nbd_server *srv);
 /* Async-signal-safe requests to the running server. */
 void nbd_server_signal_shutdown(struct nbd_server *srv);
 void nbd_server_signal_stats(struct nbd_server *srv);
-/* Human summary to f, and the JSON file when configured. */
-void nbd_server_report_stats(struct nbd_server *srv, FILE *f);
+/* Human summary on stderr (syslog once daemonised), and the JSON file
+ * when configured. */
+void nbd_server_report_stats(struct nbd_server *srv);
 void nbd_server_free(struct nbd_server *srv);
 
 #endif

@@ -118,38 +118,36 @@ static void stats_write_file(struct nbd_server *srv, const char *path)
     free(tmp);
 }
 
-void nbd_server_report_stats(struct nbd_server *srv, FILE *f)
+void nbd_server_report_stats(struct nbd_server *srv)
 {
     struct nbd_stats *st = &srv->stats;
 
-    fprintf(f, "%s: statistics after %.1f s, %" PRIu64 " connection(s)\n", log_progname,
-            (double)(clock_ns() - st->start_ns) / 1e9, LOAD(st->connections));
+    log_report_line("%s: statistics after %.1f s, %" PRIu64 " connection(s)", log_progname,
+                    (double)(clock_ns() - st->start_ns) / 1e9, LOAD(st->connections));
     for (unsigned i = 0; i <= NBD_CMD_COUNT; i++) {
         struct nbd_cmd_stats *cs = &st->cmd[i];
         if (LOAD(cs->count) == 0) {
             continue;
         }
-        fprintf(f,
-                "  %-21s %10" PRIu64 " requests %6" PRIu64 " errors %14" PRIu64
-                " bytes  latency us p50 %.0f p99 %.0f max %.0f\n",
-                stats_cmd_name(i), LOAD(cs->count), LOAD(cs->errors), LOAD(cs->bytes),
-                (double)hist_quantile(&cs->latency_ns, 0.5) / 1e3,
-                (double)hist_quantile(&cs->latency_ns, 0.99) / 1e3,
-                (double)LOAD(cs->latency_ns.max) / 1e3);
+        log_report_line("  %-21s %10" PRIu64 " requests %6" PRIu64 " errors %14" PRIu64
+                        " bytes  latency us p50 %.0f p99 %.0f max %.0f",
+                        stats_cmd_name(i), LOAD(cs->count), LOAD(cs->errors), LOAD(cs->bytes),
+                        (double)hist_quantile(&cs->latency_ns, 0.5) / 1e3,
+                        (double)hist_quantile(&cs->latency_ns, 0.99) / 1e3,
+                        (double)LOAD(cs->latency_ns.max) / 1e3);
     }
     for (struct nbd_export *e = srv->exports; e; e = e->next) {
         struct blk_image_totals t;
 
         blk_image_totals(e->img, &t);
-        fprintf(f,
-                "  export '%s' (%s, cache=%s): FUA requests %" PRIu64 ", native %" PRIu64
-                ", emulated %" PRIu64 "; flushes to the file %" PRIu64 " (shared %" PRIu64
-                ", skipped %" PRIu64 ")\n",
-                e->name, blk_image_format(e->img),
-                blk_cache_mode_name(blk_image_cache_mode(e->img)), LOAD(st->fua_requests),
-                t.fua_native, t.fua_emulated, t.file_flushes, t.flushes_shared, t.flushes_skipped);
+        log_report_line("  export '%s' (%s, cache=%s): FUA requests %" PRIu64 ", native %" PRIu64
+                        ", emulated %" PRIu64 "; flushes to the file %" PRIu64 " (shared %" PRIu64
+                        ", skipped %" PRIu64 ")",
+                        e->name, blk_image_format(e->img),
+                        blk_cache_mode_name(blk_image_cache_mode(e->img)), LOAD(st->fua_requests),
+                        t.fua_native, t.fua_emulated, t.file_flushes, t.flushes_shared,
+                        t.flushes_skipped);
     }
-    fflush(f);
     if (srv->cfg.stats_file) {
         stats_write_file(srv, srv->cfg.stats_file);
     }

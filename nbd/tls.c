@@ -41,6 +41,7 @@ struct nbd_tls {
 struct nbd_tls_session {
     gnutls_session_t s;
     int fd;
+    bool bye_sent;
 };
 
 bool nbd_tls_available(void)
@@ -230,7 +231,8 @@ int nbd_tls_new(struct nbd_tls **out, const struct nbd_tls_config *c, bool serve
         return err_set(ENOMEM, "TLS");
     }
     t->server = server;
-    t->verify_peer = c->verify_peer;
+    /* An authorization list of certificate names needs the certificate. */
+    t->verify_peer = c->verify_peer || (server && c->authz_file && c->creds_dir);
     if (c->hostname) {
         t->hostname = strdup(c->hostname);
     }
@@ -285,13 +287,79 @@ void nbd_tls_free(struct nbd_tls *t)
     free(t);
 }
 
+#define MAX_RDNS 32
+
+/* Split a distinguished name in place into its RDNs, trimmed of spaces;
+ * a comma escaped with a backslash stays inside its RDN.  Returns how many
+ * (0 when there are too many). */
+static unsigned dn_split(char *dn, char **rdn)
+{
+    unsigned n = 0;
+    char *start = dn;
+
+    for (char *p = dn;; p++) {
+        if (*p == '\\' && p[1]) {
+            p++;
+            continue;
+        }
+        if (*p != ',' && *p != '\0') {
+            continue;
+        }
+        bool end = *p == '\0';
+        char *e = p;
+        *p = '\0';
+        while (*start == ' ') {
+            start++;
+        }
+        while (e > start && e[-1] == ' ') {
+            *--e = '\0';
+        }
+        if (n == MAX_RDNS) {
+            return 0;
+        }
+        rdn[n++] = start;
+        if (end) {
+            return n;
+        }
+        start = p + 1;
+    }
+}
+
+/* Does a --tls-authz entry name this client certificate?  GnuTLS prints
+ * DNs in RFC 4514 order (most significant RDN last: "O=Example,CN=host"),
+ * certtool -i and most people write them the other way round: both
+ * orders match, spaces after commas do not matter. */
+static bool dn_matches(const char *want, const char *have)
+{
+    char a[1024], b[1024];
+    char *ra[MAX_RDNS], *rb[MAX_RDNS];
+    unsigned na, nb;
+    bool fwd = true, rev = true;
+
+    if (strcmp(want, have) == 0) {
+        return true;
+    }
+    snprintf(a, sizeof a, "%s", want);
+    snprintf(b, sizeof b, "%s", have);
+    na = dn_split(a, ra);
+    nb = dn_split(b, rb);
+    if (na == 0 || na != nb) {
+        return false;
+    }
+    for (unsigned i = 0; i < na; i++) {
+        fwd &= strcmp(ra[i], rb[i]) == 0;
+        rev &= strcmp(ra[i], rb[na - 1 - i]) == 0;
+    }
+    return fwd || rev;
+}
+
 static bool authorized(const struct nbd_tls *t, const char *who)
 {
     if (!t->have_authz) {
         return true;
     }
     for (unsigned i = 0; i < t->n_authz; i++) {
-        if (strcmp(t->authz[i], who) == 0) {
+        if (t->psk ? strcmp(t->authz[i], who) == 0 : dn_matches(t->authz[i], who)) {
             return true;
         }
     }
@@ -448,10 +516,18 @@ bool nbd_tls_pending(struct nbd_tls_session *s)
     return gnutls_record_check_pending(s->s) > 0;
 }
 
+void nbd_tls_bye(struct nbd_tls_session *s)
+{
+    if (s && !s->bye_sent) {
+        s->bye_sent = true;
+        (void)gnutls_bye(s->s, GNUTLS_SHUT_WR);
+    }
+}
+
 void nbd_tls_session_close(struct nbd_tls_session *s)
 {
     if (s) {
-        gnutls_bye(s->s, GNUTLS_SHUT_WR);
+        nbd_tls_bye(s);
         gnutls_deinit(s->s);
         free(s);
     }
@@ -500,6 +576,11 @@ bool nbd_tls_pending(struct nbd_tls_session *s)
 {
     (void)s;
     return false;
+}
+
+void nbd_tls_bye(struct nbd_tls_session *s)
+{
+    (void)s;
 }
 
 void nbd_tls_session_close(struct nbd_tls_session *s)

@@ -39,6 +39,8 @@ ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len);
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt);
 /* Decrypted bytes already buffered (poll() would not see them). */
 bool nbd_tls_pending(struct nbd_tls_session *s);
+/* Tell the peer we send no more (close_notify); at most once. */
+void nbd_tls_bye(struct nbd_tls_session *s);
 void nbd_tls_session_close(struct nbd_tls_session *s);
 
 #endif

@@ -129,10 +129,29 @@ int nbd_uri_parse(const char *s, struct nbd_uri *u)
         nbd_uri_free(u);
         return err_setx(EINVAL, "%s: bad escape in the export name", s);
     }
+    /* Userinfo ("alice@"): the TLS PSK username, as libnbd reads it. */
+    const char *at = memrchr(p, '@', authority_len);
+    if (at) {
+        u->tls_username = decode(p, (size_t)(at - p));
+        if (!u->tls_username) {
+            nbd_uri_free(u);
+            return err_setx(EINVAL, "%s: bad escape in the user name", s);
+        }
+        authority_len -= (size_t)(at + 1 - p);
+        p = at + 1;
+    }
     const char *q = query ? query + 1 : NULL;
+    char *query_user = NULL;
+    if (query_get(q, "tls-username", &query_user) < 0) {
+        nbd_uri_free(u);
+        return err_setx(EINVAL, "%s: bad escape in a query parameter", s);
+    }
+    if (query_user) {
+        free(u->tls_username); /* the query parameter wins */
+        u->tls_username = query_user;
+    }
     if (query_get(q, "tls-certificates", &u->tls_certificates) < 0 ||
         query_get(q, "tls-psk-file", &u->tls_psk_file) < 0 ||
-        query_get(q, "tls-username", &u->tls_username) < 0 ||
         query_get(q, "tls-hostname", &u->tls_hostname) < 0) {
         nbd_uri_free(u);
         return err_setx(EINVAL, "%s: bad escape in a query parameter", s);

@@ -48,6 +48,30 @@ static void test_good(void)
     expect("nbd://h/dir/name", 0, false, false, "h", "10809", NULL, "dir/name");
 }
 
+/* The userinfo of a URI is the TLS (PSK) username; tls-username= wins. */
+static void expect_user(const char *s, const char *host, const char *user)
+{
+    struct nbd_uri u;
+
+    if (nbd_uri_parse(s, &u) < 0) {
+        fprintf(stderr, "nbd_uri_parse(\"%s\") failed\n", s);
+        check_failures++;
+        return;
+    }
+    CHECK((!host && !u.host) || (host && u.host && strcmp(host, u.host) == 0));
+    CHECK(u.tls_username && strcmp(u.tls_username, user) == 0);
+    nbd_uri_free(&u);
+}
+
+static void test_userinfo(void)
+{
+    expect_user("nbds://alice@127.0.0.1/e?tls-psk-file=k", "127.0.0.1", "alice");
+    expect_user("nbds://al%40ice@[::1]:99/e", "::1", "al@ice");
+    expect_user("nbds+unix://bob@/?socket=/s&tls-psk-file=k", NULL, "bob");
+    expect_user("nbds://alice@h/?tls-username=carol", "h", "carol");
+    expect("nbds+unix://bob@host/?socket=/s", -EINVAL, 0, 0, 0, 0, 0, "");
+}
+
 static void test_bad(void)
 {
     CHECK(nbd_uri_is("nbd://x"));
@@ -74,5 +98,6 @@ int main(void)
 {
     RUN(test_good);
     RUN(test_bad);
+    RUN(test_userinfo);
     return check_exit();
 }
