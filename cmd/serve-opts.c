@@ -78,7 +78,8 @@ void serve_usage(FILE *f)
             "      --tls=MODE           off, on (clients choose) or require (default with\n"
             "                           credentials: nothing but STARTTLS before TLS)\n"
             "      --tls-verify-peer    require a client certificate signed by the CA\n"
-            "      --tls-authz=FILE     allow only these client DNs or PSK identities\n"
+            "      --tls-authz=FILE     allow only these client DNs (either RDN order; implies\n"
+            "                           --tls-verify-peer) or PSK identities, one a line\n"
             "      --tls-priority=STR   GnuTLS priority string (default: TLS 1.2 and newer)\n"
             "\n"
             "  -h, --help               this help\n"
@@ -222,7 +223,8 @@ static int export_key(void *opaque, const char *key, const char *value)
 /* --export name=NAME,file=PATH[,format=..][,read-only=on][,description=..]
  * [,snapshot=..][,cache=..]...: the image options given on the command
  * line are its defaults. */
-static int serve_parse_export(struct serve_opts *o, char *spec)
+static int serve_parse_export(struct serve_opts *o, const struct blk_image_opts *defaults,
+                              char *spec)
 {
     struct serve_export *e = &o->exports[o->n_exports];
     int r;
@@ -230,7 +232,7 @@ static int serve_parse_export(struct serve_opts *o, char *spec)
     if (o->n_exports == SERVE_MAX_EXPORTS) {
         return cmd_usage_error("serve", "at most %d exports", SERVE_MAX_EXPORTS);
     }
-    *e = (struct serve_export){.img = o->img};
+    *e = (struct serve_export){.img = *defaults};
     e->img.filename = NULL;
     e->img.offset = e->img.size = 0;
     e->img.size_set = false;
@@ -358,8 +360,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             o->img.read_only = true;
             break;
         case 'l':
-            o->img.snapshot = optarg;
-            o->img.read_only = true; /* a snapshot is served read-only */
+            o->img.snapshot = optarg; /* served read-only: see below */
             break;
         case 'B': {
             int r = add_bitmap(o->bitmaps, &o->n_bitmaps, optarg);
@@ -498,6 +499,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
     if (optind == argc && o->n_specs == 0) {
         return cmd_usage_error("serve", "an IMAGE (or --export) is required");
     }
+    /* What --export inherits: the command line's image options, not what
+     * --image-opts says about IMAGE. */
+    const struct blk_image_opts defaults = o->img;
     if (optind < argc) {
         /* The positional IMAGE: export -x NAME (default ""). */
         if (o->image_opts) {
@@ -514,13 +518,15 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         struct serve_export *e = &o->exports[o->n_exports++];
         *e = (struct serve_export){
             .name = o->export_name, .description = o->description, .img = o->img};
+        e->img.read_only |= e->img.snapshot != NULL; /* a snapshot is served read-only */
         memcpy(e->bitmaps, o->bitmaps, sizeof e->bitmaps);
         e->n_bitmaps = o->n_bitmaps;
-    } else if (o->n_bitmaps) {
-        return cmd_usage_error("serve", "-B applies to IMAGE; give an --export bitmap= instead");
+    } else if (o->n_bitmaps || o->img.snapshot) {
+        return cmd_usage_error("serve", "%s applies to IMAGE; give --export a %s= key instead",
+                               o->n_bitmaps ? "-B" : "-l", o->n_bitmaps ? "bitmap" : "snapshot");
     }
     for (unsigned i = 0; i < o->n_specs; i++) {
-        int r = serve_parse_export(o, (char *)o->export_specs[i]);
+        int r = serve_parse_export(o, &defaults, (char *)o->export_specs[i]);
         if (r) {
             return r;
         }
@@ -532,6 +538,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         return cmd_usage_error("serve", "--detect-zeroes=unmap requires --discard=unmap");
     }
     bool creds = o->tls.creds_dir || o->tls.psk_file;
+    if (o->tls.creds_dir && o->tls.psk_file) {
+        return cmd_usage_error("serve", "--tls-creds and --tls-psk exclude each other");
+    }
     if (o->tls_mode && strcmp(o->tls_mode, "off") != 0 && !creds) {
         return cmd_usage_error("serve", "--tls=%s needs --tls-creds=DIR or --tls-psk=FILE",
                                o->tls_mode);

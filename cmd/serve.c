@@ -265,7 +265,7 @@ static int serve_run(int argc, char **argv)
     if (r == 0 && serve_close_exports(&o, true) < 0) {
         r = -EIO;
     }
-    nbd_server_report_stats(srv, stderr);
+    nbd_server_report_stats(srv);
     status = r < 0 ? EXIT_ERROR : EXIT_OK;
 
 out:

@@ -51,6 +51,23 @@ void log_msg(enum log_level level, const char *fmt, ...)
     errno = saved;
 }
 
+void log_report_line(const char *fmt, ...)
+{
+    int saved = errno;
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (use_syslog) {
+        syslog(LOG_INFO, "%s", msg);
+    } else {
+        fprintf(stderr, "%s\n", msg);
+    }
+    errno = saved;
+}
+
 int debug_flag_set(const char *spec)
 {
     static const struct {

@@ -34,6 +34,11 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
         }                                                                                          \
     } while (0)
 
+/* One line of a multi-line report (statistics), without the program
+ * prefix: to stderr as it is, or to syslog at info level once
+ * daemonised. */
+void log_report_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Parse "name=value" for -D; returns 0 or -EINVAL for an unknown name. */
 int debug_flag_set(const char *spec);
 
