@@ -1,0 +1,385 @@
+#!/usr/bin/env bats
+# More of diskimg's NBD client (see nbd-client.bats for the basics):
+# bench and map on every server, multi-conn (how many connections, and
+# servers that take fewer clients than the client opens), block status on
+# exports with a minimum block size, a server without flush/FUA/trim
+# (nbd-server's plain config), the EXPORT_NAME and simple-reply fallbacks,
+# an oldstyle server, an X.509 TLS-only server, SIGINT while a server
+# stalls the handshake, and a server dying under convert -n.
+
+load '../helpers'
+load 'lib'
+load 'nbd-servers'
+
+setup() { setup_test; }
+teardown() {
+    stop_peers
+    kill_extra_servers
+    [[ -z "${FAKE_PID:-}" ]] || { kill -KILL "$FAKE_PID" 2>/dev/null; wait "$FAKE_PID" 2>/dev/null; } || true
+    cleanup_test
+}
+
+MiB=1048576
+
+# json_get JSON EXPR: python EXPR with d bound to the JSON text.
+json_get() {
+    "$PYTHON3" -c 'import json, sys
+d = json.loads(sys.argv[1])
+print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+# bench_ok URI ARGS...: bench --output=json succeeds and reports sane numbers.
+bench_ok() {
+    local uri=$1 out
+    shift
+    out=$("$DISKIMG" bench -f raw --output=json "$@" "$uri") || {
+        echo "bench $* $uri failed" >&2
+        return 1
+    }
+    [[ $(json_get "$out" 'd["iops"] > 0 and d["mbps"] > 0 and d["seconds"] > 0') == True ]] || {
+        echo "bench $* $uri: $out" >&2
+        return 1
+    }
+    BENCH_JSON=$out
+}
+
+# readback URI FILE: the export's content, read by qemu-img (not by us).
+readback() {
+    rm -f "$2"
+    qemu-img convert -f raw -O raw "$1" "$2"
+}
+
+# same_map URI: diskimg map and qemu-img map agree on URI (data/zero runs).
+same_map() {
+    local ours theirs
+    ours=$("$DISKIMG" map -f raw --output=json "$1" | norm_map)
+    theirs=$(qemu-img map -f raw --output=json "$1" | norm_map)
+    [[ -n "$ours" && "$ours" == "$theirs" ]] || {
+        echo "map of $1:" >&2
+        diff <(echo "$theirs") <(echo "$ours") >&2
+        return 1
+    }
+}
+
+# bench_server URI: read and write benches against URI (a 4 MiB export
+# holding ref.raw), then check with qemu-img that the writes landed where
+# bench says and nothing else changed.
+bench_server() {
+    local uri=$1
+    same_map "$uri"
+    bench_ok "$uri" -c 300 -d 8
+    [[ $(json_get "$BENCH_JSON" 'd["operation"], d["requests"], d["request-size"]') == "('read', 300, 4096)" ]]
+    bench_ok "$uri" -c 200 -d 4 -s 64k --pattern=rand
+    bench_ok "$uri" -w -c 64 -s 4k -o 64k -d 8
+    [[ $(json_get "$BENCH_JSON" 'd["operation"]') == write ]]
+    bench_ok "$uri" -w --fua -c 16 -s 4k -o 1M -d 4
+    [[ $(json_get "$BENCH_JSON" 'd["operation"]') == write-fua ]]
+    bench_ok "$uri" -w --flush-interval=8 -c 32 -s 4k -o 2M -d 4
+    [[ $(json_get "$BENCH_JSON" 'd["flushes"] > 0') == True ]]
+    readback "$uri" "$TEST_DIR/chk.raw"
+    range_is "$TEST_DIR/chk.raw" 65536 $((64 * 4096)) a5
+    range_is "$TEST_DIR/chk.raw" $MiB $((16 * 4096)) a5
+    range_is "$TEST_DIR/chk.raw" $((2 * MiB)) $((32 * 4096)) a5
+    cmp -n 65536 "$TEST_DIR/ref.raw" "$TEST_DIR/chk.raw"
+    cmp -i $((65536 + 64 * 4096)) -n $((MiB - 65536 - 64 * 4096)) "$TEST_DIR/ref.raw" "$TEST_DIR/chk.raw"
+    cmp -i $((2 * MiB + 32 * 4096)) "$TEST_DIR/ref.raw" "$TEST_DIR/chk.raw"
+}
+
+# make_ref: ref.raw, 4 MiB: data, a hole, data.
+make_ref() {
+    truncate -s 4M "$TEST_DIR/ref.raw"
+    make_pattern "$TEST_DIR/pat" $MiB
+    dd if="$TEST_DIR/pat" of="$TEST_DIR/ref.raw" bs=64k count=16 conv=notrunc status=none
+    dd if="$TEST_DIR/pat" of="$TEST_DIR/ref.raw" bs=64k seek=40 count=8 conv=notrunc status=none
+}
+
+@test "bench and map on every server: diskimg serve, qemu-nbd, nbdkit file and memory, nbd-server" {
+    require_tool qemu-nbd qemu-img nbdkit nbd-server jq
+    make_ref
+    local s
+    for s in d q kf km n; do
+        cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/$s.raw"
+    done
+    start_extra_server "$TEST_DIR/d.sock" -t -e 0 "$TEST_DIR/d.raw"
+    bench_server "nbd+unix:///?socket=$TEST_DIR/d.sock"
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -f raw "$TEST_DIR/q.raw"
+    bench_server "$(unix_uri "$TEST_DIR/q.sock")"
+    start_nbdkit "$TEST_DIR/kf.sock" file "$TEST_DIR/kf.raw"
+    bench_server "$(unix_uri "$TEST_DIR/kf.sock")"
+    start_nbdkit "$TEST_DIR/km.sock" memory 4M
+    "$DISKIMG" convert -f raw "$TEST_DIR/ref.raw" "$(unix_uri "$TEST_DIR/km.sock")"
+    bench_server "$(unix_uri "$TEST_DIR/km.sock")"
+    start_nbd_server "$TEST_DIR/n.sock" disk "$TEST_DIR/n.raw" "flush = true" "fua = true"
+    bench_server "$(unix_uri "$TEST_DIR/n.sock" disk)"
+}
+
+# conns_of STATS_FILE: the "connections" count of a --stats document.
+conns_of() {
+    stats_get "$1" 'd["connections"]'
+}
+
+@test "multi-conn: every open of a diskimg serve -e 0 export uses several connections; -e 1 exactly one" {
+    make_ref
+    truncate -s 4M "$TEST_DIR/t.raw"
+    local n
+    # Not persistent: the server exits when the command's last connection
+    # closes, and its statistics are that one command's.
+    start_server -e 0 -v --stats="$TEST_DIR/in.json" "$TEST_DIR/t.raw"
+    "$DISKIMG" convert -f raw "$TEST_DIR/ref.raw" "$URI"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    [[ $EXIT_STATUS -eq 0 ]]
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/t.raw"
+    n=$(conns_of "$TEST_DIR/in.json")
+    [[ $n -ge 2 ]] || { echo "convert into a multi-conn export used $n connection(s)" >&2; return 1; }
+    # the -v log has one line per connection too
+    [[ $(grep -c "connection from" "$SERVER_LOG") -eq $n ]]
+
+    : >"$SERVER_LOG"
+    start_server -e 0 -r --stats="$TEST_DIR/out.json" "$TEST_DIR/t.raw"
+    "$DISKIMG" convert -f raw "$URI" "$TEST_DIR/out.raw"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/out.raw"
+    [[ $(conns_of "$TEST_DIR/out.json") -ge 2 ]]
+
+    # Without CAN_MULTI_CONN (default -e 1): one connection.
+    start_server --stats="$TEST_DIR/one.json" "$TEST_DIR/t.raw"
+    "$DISKIMG" compare -f raw "$TEST_DIR/ref.raw" "$URI"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    [[ $(conns_of "$TEST_DIR/one.json") -eq 1 ]]
+}
+
+@test "multi-conn to a server that takes fewer clients than the client opens: no handshake stall" {
+    require_tool qemu-nbd
+    make_ref
+    cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/d.raw"
+    cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/q.raw"
+    # Both advertise CAN_MULTI_CONN but serve two clients at a time; a
+    # third connection waits in the listen backlog.  The client must not
+    # wait out its 30 s handshake timeout on it (every command would take
+    # 30 s longer); a few seconds is plenty even under ASan.
+    start_extra_server "$TEST_DIR/d.sock" -t -e 2 "$TEST_DIR/d.raw"
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -e 2 -f raw "$TEST_DIR/q.raw"
+    local uri
+    for uri in "nbd+unix:///?socket=$TEST_DIR/d.sock" "$(unix_uri "$TEST_DIR/q.sock")"; do
+        run --separate-stderr timeout 15 "$DISKIMG" compare -f raw "$TEST_DIR/ref.raw" "$uri"
+        [[ $status -eq 0 ]] || { echo "compare $uri: exit $status (124 = timed out): $stderr" >&2; return 1; }
+    done
+}
+
+@test "block status respects the export's minimum block size (unaligned compare and map ranges)" {
+    require_tool nbdkit qemu-img jq
+    # 3 MiB + 12345 bytes of data: shorter than the 8 MiB export, so the
+    # common part compare asks about ends off a 4k boundary.
+    make_pattern "$TEST_DIR/odd.raw" $((3 * MiB + 12345))
+    start_nbdkit "$TEST_DIR/k.sock" --filter=blocksize-policy memory 8M \
+        blocksize-minimum=4096 blocksize-preferred=65536 blocksize-maximum=65536 \
+        blocksize-error-policy=error
+    local uri
+    uri=$(unix_uri "$TEST_DIR/k.sock")
+    run "$DISKIMG" convert -f raw "$TEST_DIR/odd.raw" "$uri"
+    assert_success
+    run qemu-img compare -f raw -F raw "$TEST_DIR/odd.raw" "$uri"
+    assert_success
+    run --separate-stderr "$DISKIMG" compare -f raw -F raw "$TEST_DIR/odd.raw" "$uri"
+    [[ $status -eq 0 ]] || { echo "compare: exit $status: $stderr" >&2; return 1; }
+    [[ "$output" == *"Images are identical."* ]]
+    # map of unaligned ranges, as qemu-img map sees them
+    local ours theirs
+    ours=$("$DISKIMG" map -f raw --output=json --start-offset=100 --max-length=5000 "$uri" | norm_map)
+    theirs=$(qemu-img map -f raw --output=json --start-offset=100 --max-length=5000 "$uri" | norm_map)
+    [[ -n "$ours" && "$ours" == "$theirs" ]] || {
+        echo "map: ours '$ours', qemu-img '$theirs'" >&2
+        return 1
+    }
+}
+
+@test "a server without flush, FUA or trim (nbd-server plain config): writes are still right" {
+    require_tool nbd-server qemu-img nbdinfo
+    make_ref
+    make_pattern "$TEST_DIR/n.raw" $((4 * MiB))
+    start_nbd_server "$TEST_DIR/n.sock" plain "$TEST_DIR/n.raw"
+    local uri
+    uri=$(unix_uri "$TEST_DIR/n.sock" plain)
+    run nbdinfo "$uri"
+    assert_output --partial "can_flush: false"
+    assert_output --partial "can_fua: false"
+    assert_output --partial "can_trim: false"
+    # writethrough asks for FUA on every write: emulated by a flush the
+    # server does not have, so skipped; the data must still be exact, and
+    # the old pattern in ref.raw's hole must be zeroed.
+    run "$DISKIMG" convert -t writethrough -f raw "$TEST_DIR/ref.raw" "$uri"
+    assert_success
+    readback "$uri" "$TEST_DIR/chk.raw"
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/chk.raw"
+    run "$DISKIMG" convert -S 0 -f raw "$TEST_DIR/ref.raw" "$uri"
+    assert_success
+    run "$DISKIMG" bench -f raw -w --fua -c 32 -d 4 -o 3M "$uri"
+    assert_success
+    run "$DISKIMG" bench -f raw -w --flush-interval=4 -c 32 -d 4 -o 3584k "$uri"
+    assert_success
+    assert_output --partial "flushes"
+    readback "$uri" "$TEST_DIR/chk.raw"
+    cmp -n $((3 * MiB)) "$TEST_DIR/ref.raw" "$TEST_DIR/chk.raw"
+    range_is "$TEST_DIR/chk.raw" $((3 * MiB)) $((32 * 4096)) a5
+    range_is "$TEST_DIR/chk.raw" $((3584 * 1024)) $((32 * 4096)) a5
+}
+
+@test "fallbacks: EXPORT_NAME (no fixed newstyle) and simple replies (no structured replies)" {
+    require_tool nbdkit qemu-img jq
+    make_ref
+    local uri
+    # Not fixed newstyle: the client may only send NBD_OPT_EXPORT_NAME.
+    start_nbdkit "$TEST_DIR/old.sock" --mask-handshake=0 memory 4M
+    uri=$(unix_uri "$TEST_DIR/old.sock")
+    run "$DISKIMG" info "$uri"
+    assert_success
+    assert_output --partial "virtual size: 4 MiB (4194304 bytes)"
+    run "$DISKIMG" convert -f raw "$TEST_DIR/ref.raw" "$uri"
+    assert_success
+    run "$DISKIMG" compare -f raw -F raw "$TEST_DIR/ref.raw" "$uri"
+    assert_success
+    run "$DISKIMG" convert -f raw "$uri" "$TEST_DIR/out1.raw"
+    assert_success
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/out1.raw"
+    run "$DISKIMG" bench -f raw -w --fua -c 16 -o 3M "$uri"
+    assert_success
+
+    # The same without fixed newstyle, refusing every name but one.
+    start_nbdkit "$TEST_DIR/oldx.sock" --mask-handshake=0 --filter=exportname memory 4M \
+        exportname=good exportname-strict=true
+    run --separate-stderr timeout 30 "$DISKIMG" info "$(unix_uri "$TEST_DIR/oldx.sock" wrong)"
+    assert_failure 1
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == *wrong* ]]
+    run "$DISKIMG" info "$(unix_uri "$TEST_DIR/oldx.sock" good)"
+    assert_success
+
+    # Fixed newstyle without structured replies: simple replies, no block
+    # status (everything is data, as qemu-img map sees it too).
+    cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/f.raw"
+    start_nbdkit "$TEST_DIR/nosr.sock" --no-sr file "$TEST_DIR/f.raw"
+    uri=$(unix_uri "$TEST_DIR/nosr.sock")
+    same_map "$uri"
+    run "$DISKIMG" convert -f raw "$uri" "$TEST_DIR/out2.raw"
+    assert_success
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/out2.raw"
+    make_pattern "$TEST_DIR/p.raw" $((4 * MiB))
+    run "$DISKIMG" convert -f raw "$TEST_DIR/p.raw" "$uri"
+    assert_success
+    run "$DISKIMG" convert -f raw "$TEST_DIR/ref.raw" "$uri"
+    assert_success
+    stop_peer "$PEER_PID"
+    cmp "$TEST_DIR/ref.raw" "$TEST_DIR/f.raw"
+}
+
+@test "an oldstyle server is refused with a clear one-line error" {
+    require_tool nbdkit
+    start_nbdkit "$TEST_DIR/o.sock" --oldstyle memory 1M
+    local cmd
+    for cmd in info map; do
+        run --separate-stderr timeout 30 "$DISKIMG" $cmd "$(unix_uri "$TEST_DIR/o.sock")"
+        assert_failure 1
+        [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == *oldstyle* ]] || {
+            echo "$cmd: $stderr" >&2
+            return 1
+        }
+    done
+    run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$(unix_uri "$TEST_DIR/o.sock")" "$TEST_DIR/o.raw"
+    assert_failure 1
+    [[ ! -e "$TEST_DIR/o.raw" ]]
+}
+
+# make_x509 DIR: a CA and a server certificate (certtool) in DIR, named as
+# nbdkit --tls-certificates wants them.
+make_x509() {
+    local d=$1
+    mkdir -p "$d"
+    certtool --generate-privkey --key-type=ecdsa --outfile "$d/ca-key.pem" 2>/dev/null
+    printf 'cn = diskimg test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$d/ca.info"
+    certtool --generate-self-signed --load-privkey "$d/ca-key.pem" --template "$d/ca.info" \
+        --outfile "$d/ca-cert.pem" 2>/dev/null
+    certtool --generate-privkey --key-type=ecdsa --outfile "$d/server-key.pem" 2>/dev/null
+    printf 'organization = diskimg\ncn = localhost\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
+        >"$d/server.info"
+    certtool --generate-certificate --load-ca-certificate "$d/ca-cert.pem" \
+        --load-ca-privkey "$d/ca-key.pem" --load-privkey "$d/server-key.pem" \
+        --template "$d/server.info" --outfile "$d/server-cert.pem" 2>/dev/null
+    [[ -s "$d/server-cert.pem" ]]
+}
+
+@test "an X.509 TLS-only server (certtool certificates): plain URIs fail at once, naming TLS" {
+    require_tool nbdkit certtool
+    make_x509 "$TEST_DIR/pki"
+    start_nbdkit "$TEST_DIR/t.sock" --tls=require --tls-certificates="$TEST_DIR/pki" memory 1M
+    truncate -s 1M "$TEST_DIR/e.raw"
+    local uri
+    uri=$(unix_uri "$TEST_DIR/t.sock")
+    run --separate-stderr timeout 30 "$DISKIMG" info "$uri"
+    assert_failure 1
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == *TLS* ]] || { echo "$stderr" >&2; return 1; }
+    run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$TEST_DIR/e.raw" "$uri"
+    assert_failure 1
+    [[ "$stderr" == *TLS* ]]
+    run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$uri" "$TEST_DIR/out.raw"
+    assert_failure 1
+    [[ "$stderr" == *TLS* && ! -e "$TEST_DIR/out.raw" ]]
+    run --separate-stderr timeout 30 "$DISKIMG" bench -c 1 "$uri"
+    assert_failure 1
+    [[ "$stderr" == *TLS* ]]
+}
+
+@test "SIGINT while the server stalls the handshake: exit 130 promptly, nothing created" {
+    # A "server" that accepts and then says nothing.
+    "$PYTHON3" - "$TEST_DIR/stall.sock" "$TEST_DIR/accepted" <<'EOF' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+c, _ = s.accept()
+open(sys.argv[2], "w").close()
+time.sleep(120)
+EOF
+    FAKE_PID=$!
+    wait_until 10 unix_listening "$TEST_DIR/stall.sock"
+    "$DISKIMG" convert -f raw "nbd+unix:///?socket=$TEST_DIR/stall.sock" "$TEST_DIR/out.raw" \
+        2>"$TEST_DIR/err" &
+    local pid=$!
+    wait_until 10 test -e "$TEST_DIR/accepted"
+    sleep 0.2
+    kill -INT $pid
+    # Bounded: the handshake timeout is 30 s; an interrupted convert must
+    # not sit it out.
+    if ! wait_exit $pid 10; then
+        kill -KILL $pid 2>/dev/null || true
+        wait $pid 2>/dev/null || true
+        echo "convert ignored SIGINT during the handshake" >&2
+        return 1
+    fi
+    [[ $EXIT_STATUS -eq 130 ]] || { echo "exit $EXIT_STATUS: $(cat "$TEST_DIR/err")" >&2; return 1; }
+    [[ ! -e "$TEST_DIR/out.raw" ]]
+}
+
+@test "the source server killed under convert -n: exit 1 with a clear error, the target is kept" {
+    require_tool nbdkit
+    start_nbdkit "$TEST_DIR/k.sock" --filter=delay pattern 256M rdelay=300ms
+    truncate -s 256M "$TEST_DIR/keep.raw"
+    "$DISKIMG" convert -n --progress=json -f raw "$(unix_uri "$TEST_DIR/k.sock")" "$TEST_DIR/keep.raw" \
+        2>"$TEST_DIR/err" &
+    local pid=$!
+    wait_until 30 grep -q '"progress"' "$TEST_DIR/err"
+    kill -KILL "$PEER_PID"
+    wait_exit $pid 30
+    [[ $EXIT_STATUS -eq 1 ]] || { echo "exit $EXIT_STATUS" >&2; cat "$TEST_DIR/err" >&2; return 1; }
+    grep -v '"progress"' "$TEST_DIR/err" | grep -E "lost|closed"
+    [[ -e "$TEST_DIR/keep.raw" && $(stat -c %s "$TEST_DIR/keep.raw") -eq $((256 * MiB)) ]]
+    # What was copied before the server died is there: the first claim
+    # (2 MiB) was written before the first progress line.  nbdkit's
+    # pattern: each 8-byte word is its own offset, big-endian.
+    "$PYTHON3" -c '
+import struct, sys
+d = open(sys.argv[1], "rb").read(2 << 20)
+bad = [i for i in range(0, len(d), 8) if struct.unpack(">Q", d[i:i + 8])[0] != i]
+assert not bad, "first bad word at %d" % bad[0]' "$TEST_DIR/keep.raw"
+}

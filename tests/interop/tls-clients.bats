@@ -1,0 +1,517 @@
+#!/usr/bin/env bats
+# TLS, the client side and the cross-checks: diskimg's own nbds:// client
+# (info, map, convert, compare, bench) against diskimg serve, nbdkit and
+# qemu-nbd, with X.509 and PSK, credentials in the URI or as options; a
+# clean goodbye inside TLS; certificate names over TCP; a good client
+# with requests in flight while others send garbage instead of a TLS
+# handshake; the per-connection log lines of a TLS client.
+# (tls.bats covers the server's STARTTLS rules, verify-peer, authz and
+# credential checks with nbdinfo, nbdsh, qemu and raw clients.)
+# Every certificate and key is made by the test, in its own directory.
+
+load '../helpers'
+load 'lib'
+
+setup() {
+    setup_test
+    AUX_PIDS=()
+    require_tool certtool psktool
+    make_pki
+}
+
+teardown() {
+    local pid
+    for pid in "${AUX_PIDS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    kill_extra_servers
+    cleanup_test
+}
+
+# --- credentials ---------------------------------------------------------
+
+# cert_template FILE LINE...: a certtool template, one line per argument.
+cert_template() {
+    local f=$1
+    shift
+    printf '%s\n' "$@" >"$f"
+}
+
+# new_key NAME: $PKI/gen/NAME-key.pem, an ECDSA key (fast), mode 600.
+new_key() {
+    certtool --generate-privkey --key-type=ecdsa --outfile "$PKI/gen/$1-key.pem" >/dev/null 2>&1
+    chmod 600 "$PKI/gen/$1-key.pem"
+}
+
+# sign NAME CA TEMPLATE: $PKI/gen/NAME-cert.pem for NAME's key, signed by CA.
+sign() {
+    certtool --generate-certificate --load-privkey "$PKI/gen/$1-key.pem" \
+        --load-ca-certificate "$PKI/gen/$2-cert.pem" --load-ca-privkey "$PKI/gen/$2-key.pem" \
+        --template "$3" --outfile "$PKI/gen/$1-cert.pem" >/dev/null 2>&1
+}
+
+# self_sign NAME TEMPLATE: a CA certificate.
+self_sign() {
+    certtool --generate-self-signed --load-privkey "$PKI/gen/$1-key.pem" \
+        --template "$2" --outfile "$PKI/gen/$1-cert.pem" >/dev/null 2>&1
+}
+
+# install_dir DIR CA [ROLE NAME]: DIR/ca-cert.pem from CA and, when given,
+# DIR/ROLE-cert.pem and DIR/ROLE-key.pem (ROLE: server or client) from NAME.
+install_dir() {
+    mkdir -p "$1"
+    cp "$PKI/gen/$2-cert.pem" "$1/ca-cert.pem"
+    if [[ $# -ge 4 ]]; then
+        cp "$PKI/gen/$4-cert.pem" "$1/$3-cert.pem"
+        cp "$PKI/gen/$4-key.pem" "$1/$3-key.pem"
+        chmod 600 "$1/$3-key.pem"
+    fi
+}
+
+# make_pki: a CA, a second CA, a server certificate for localhost and
+# 127.0.0.1 and a client certificate (CN=client1) from the CA; PSK files.
+# The directories clients and servers are given:
+#   SRV_PKI     ca-cert.pem server-cert.pem server-key.pem
+#   CLI_PKI     ca-cert.pem client-cert.pem client-key.pem
+#   ANON_PKI    ca-cert.pem only (no client certificate)
+#   OTHER_PKI   the second CA only: does not trust our server
+#   PSK_FILE    alice and bob, in PSK_DIR/keys.psk (where qemu looks);
+#               $PKI/psk-carol/keys.psk: an identity nobody knows
+make_pki() {
+    PKI=$TEST_DIR/pki
+    mkdir -p "$PKI/gen" "$PKI/tmpl"
+    local t=$PKI/tmpl k
+    cert_template "$t/ca" 'cn = "diskimg test CA"' ca cert_signing_key 'expiration_days = 30'
+    cert_template "$t/ca2" 'cn = "some other CA"' ca cert_signing_key 'expiration_days = 30'
+    cert_template "$t/server" 'organization = "diskimg tests"' 'cn = "localhost"' \
+        'dns_name = "localhost"' 'ip_address = "127.0.0.1"' tls_www_server encryption_key \
+        signing_key 'expiration_days = 30'
+    cert_template "$t/client1" 'cn = "client1"' tls_www_client encryption_key signing_key \
+        'expiration_days = 30'
+    for k in ca ca2 server client1; do
+        new_key "$k"
+    done
+    self_sign ca "$t/ca"
+    self_sign ca2 "$t/ca2"
+    sign server ca "$t/server"
+    sign client1 ca "$t/client1"
+
+    SRV_PKI=$PKI/server
+    CLI_PKI=$PKI/client
+    ANON_PKI=$PKI/anon
+    OTHER_PKI=$PKI/other
+    install_dir "$SRV_PKI" ca server server
+    install_dir "$CLI_PKI" ca client client1
+    install_dir "$ANON_PKI" ca
+    install_dir "$OTHER_PKI" ca2
+    [[ -s "$SRV_PKI/server-cert.pem" && -s "$CLI_PKI/client-cert.pem" && -s "$OTHER_PKI/ca-cert.pem" ]]
+
+    PSK_DIR=$PKI/psk
+    PSK_FILE=$PSK_DIR/keys.psk
+    mkdir -p "$PSK_DIR" "$PKI/psk-carol"
+    psktool -u alice -p "$PSK_FILE" >/dev/null
+    psktool -u bob -p "$PSK_FILE" >/dev/null
+    psktool -u carol -p "$PKI/psk-carol/keys.psk" >/dev/null
+    chmod 600 "$PSK_FILE" "$PKI/psk-carol/keys.psk"
+    [[ $(grep -c : "$PSK_FILE") -eq 2 ]]
+}
+
+# x509_uri DIR [SOCKET]: an nbds+unix URI with the credentials in it.
+x509_uri() { echo "nbds+unix:///?socket=${2:-$SOCK}&tls-certificates=$1"; }
+
+# start_aux SOCKET LOG CMD...: another server (nbdkit, qemu-nbd) in the
+# background, stopped by PID in teardown; waits until SOCKET listens.
+start_aux() {
+    local sock=$1 log=$2 i
+    shift 2
+    "$@" 2>>"$log" &
+    AUX_PIDS+=("$!")
+    AUX_PID=$!
+    for ((i = 0; i < 500; i++)); do
+        if ! kill -0 "$AUX_PID" 2>/dev/null; then
+            echo "$1 exited early:" >&2
+            cat "$log" >&2
+            return 1
+        fi
+        unix_listening "$sock" && return 0
+        sleep 0.02
+    done
+    echo "$1 did not start listening" >&2
+    return 1
+}
+
+# log_lines: the server log without the statistics report.
+log_lines() {
+    grep -v -e '^ ' -e 'statistics after' "$SERVER_LOG" || true
+}
+
+# --- against diskimg serve ---------------------------------------------------
+
+@test "diskimg info/map/convert/compare/bench over nbds+unix:// to diskimg serve (X.509)" {
+    make_pattern "$TEST_DIR/a.img" 4194304
+    make_pattern "$TEST_DIR/orig.img" 4194304
+    # new.img differs from a.img: the pattern shifted by 4 KiB
+    dd if="$TEST_DIR/orig.img" of="$TEST_DIR/new.img" bs=4096 skip=1 status=none
+    truncate -s 4194304 "$TEST_DIR/new.img"
+    start_server -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    local turi bare="nbds+unix:///?socket=$SOCK"
+    turi=$(x509_uri "$ANON_PKI")
+
+    # credentials in the URI ...
+    run "$DISKIMG" info "$turi"
+    assert_success
+    assert_output --partial "virtual size: 4 MiB (4194304 bytes)"
+    run "$DISKIMG" map "$turi"
+    assert_success
+    assert_output --partial "0x400000"
+    run "$DISKIMG" compare -q "$turi" "$TEST_DIR/new.img"
+    [[ $status -eq 1 ]]
+    # ... or as options
+    run "$DISKIMG" convert -n "$TEST_DIR/new.img" "$bare" --tls-creds="$ANON_PKI"
+    assert_success
+    run "$DISKIMG" compare "$bare" "$TEST_DIR/new.img" --tls-creds="$ANON_PKI"
+    assert_success
+    run "$DISKIMG" convert -O raw "$turi" "$TEST_DIR/out.img"
+    assert_success
+    cmp "$TEST_DIR/out.img" "$TEST_DIR/new.img"
+    run "$DISKIMG" bench -c 200 -d 8 --output=json "$bare" --tls-creds="$ANON_PKI"
+    assert_success
+    assert_output --partial '"requests": 200'
+    # an nbds:// URI without credentials: the client says what is missing
+    run "$DISKIMG" info "$bare"
+    assert_failure
+    assert_output --partial "--tls-creds"
+    # and a plain nbd:// URI gets told that the server wants TLS
+    run "$DISKIMG" info "$URI"
+    assert_failure
+    assert_output --partial "TLS"
+
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    cmp "$TEST_DIR/a.img" "$TEST_DIR/new.img"
+    grep -q "opened export '' over TLS" "$SERVER_LOG"
+}
+
+@test "diskimg client over PSK: --tls-psk/--tls-username, and tls-psk-file=/tls-username= in the URI" {
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
+    local bare="nbds+unix:///?socket=$SOCK"
+
+    run "$DISKIMG" info "$bare" --tls-psk="$PSK_FILE" --tls-username=bob
+    assert_success
+    assert_output --partial "virtual size: 1 MiB"
+    run "$DISKIMG" compare "$bare&tls-psk-file=$PSK_FILE&tls-username=alice" "$TEST_DIR/a.img"
+    assert_success
+    # without --tls-username: the file's first identity (alice)
+    make_pattern "$TEST_DIR/src.img" 1048576
+    dd if=/dev/zero of="$TEST_DIR/src.img" bs=4096 count=1 conv=notrunc status=none
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-psk="$PSK_FILE"
+    assert_success
+    # an identity the server does not know
+    run "$DISKIMG" info "$bare" --tls-psk="$PKI/psk-carol/keys.psk"
+    assert_failure
+    # a --tls-username that is not in the file: refused by the client
+    run "$DISKIMG" info "$bare" --tls-psk="$PSK_FILE" --tls-username=dave
+    assert_failure
+    assert_output --partial "dave"
+
+    stop_server
+    cmp "$TEST_DIR/a.img" "$TEST_DIR/src.img"
+    grep -q "over TLS as bob" "$SERVER_LOG"
+    grep -q "over TLS as alice" "$SERVER_LOG"
+    run ! grep -q "over TLS as carol" "$SERVER_LOG"
+}
+
+@test "diskimg client: libnbd's user@ form of a PSK URI (nbds+unix://bob@/?socket=...)" {
+    require_tool nbdinfo
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
+    local uri="nbds+unix://bob@/?socket=$SOCK&tls-psk-file=$PSK_FILE"
+
+    # libnbd takes the PSK identity from the URI's user part ...
+    run nbdinfo --size "$uri"
+    assert_success
+    assert_output 1048576
+    # ... and so should diskimg, for the same URI
+    run "$DISKIMG" info "$uri"
+    assert_success
+    assert_output --partial "virtual size: 1 MiB"
+    [[ $(grep -c "over TLS as bob" "$SERVER_LOG") -ge 2 ]]
+}
+
+@test "diskimg client with a client certificate: accepted by --tls-verify-peer, refused without one" {
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --tls-creds="$SRV_PKI" --tls-verify-peer "$TEST_DIR/a.img"
+    run "$DISKIMG" info "nbds+unix:///?socket=$SOCK" --tls-creds="$ANON_PKI"
+    assert_failure
+    run ! grep -q "opened export" "$SERVER_LOG"
+    run "$DISKIMG" compare "$(x509_uri "$CLI_PKI")" "$TEST_DIR/a.img"
+    assert_success
+    grep -q "opened export '' over TLS as CN=client1" "$SERVER_LOG"
+}
+
+# --- against nbdkit and qemu-nbd ---------------------------------------------
+
+@test "diskimg client against nbdkit --tls=require (X.509 and PSK)" {
+    require_tool nbdkit
+    make_pattern "$TEST_DIR/src.img" 16777216
+    local ksock=$TEST_DIR/nbdkit.sock klog=$TEST_DIR/nbdkit.log
+    start_aux "$ksock" "$klog" nbdkit -f -U "$ksock" --tls=require \
+        --tls-certificates="$SRV_PKI" memory 16M
+    local bare="nbds+unix:///?socket=$ksock"
+
+    run "$DISKIMG" info "$bare&tls-certificates=$ANON_PKI"
+    assert_success
+    assert_output --partial "virtual size: 16 MiB"
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$ANON_PKI"
+    assert_success
+    run "$DISKIMG" compare "$bare" "$TEST_DIR/src.img" --tls-creds="$ANON_PKI"
+    assert_success
+    run "$DISKIMG" convert -O raw "$bare&tls-certificates=$ANON_PKI" "$TEST_DIR/out.img"
+    assert_success
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/out.img"
+    # nbdkit refuses a plaintext client, and the client says why
+    run "$DISKIMG" info "nbd+unix:///?socket=$ksock"
+    assert_failure
+    assert_output --partial "TLS"
+    # a client that does not trust nbdkit's certificate gives up
+    run "$DISKIMG" info "$bare" --tls-creds="$OTHER_PKI"
+    assert_failure
+
+    # PSK
+    local psock=$TEST_DIR/nbdkit-psk.sock
+    start_aux "$psock" "$klog" nbdkit -f -U "$psock" --tls=require --tls-psk="$PSK_FILE" \
+        memory 1M
+    head -c 1048576 "$TEST_DIR/src.img" >"$TEST_DIR/src1.img"
+    run "$DISKIMG" convert -n "$TEST_DIR/src1.img" "nbds+unix:///?socket=$psock" \
+        --tls-psk="$PSK_FILE" --tls-username=bob
+    assert_success
+    run "$DISKIMG" compare "nbds+unix:///?socket=$psock&tls-psk-file=$PSK_FILE&tls-username=alice" \
+        "$TEST_DIR/src1.img"
+    assert_success
+    run "$DISKIMG" info "nbds+unix:///?socket=$psock" --tls-psk="$PKI/psk-carol/keys.psk"
+    assert_failure
+}
+
+@test "diskimg client against qemu-nbd --tls-creds (X.509 with a client certificate, and PSK)" {
+    require_tool qemu-nbd
+    truncate -s 4M "$TEST_DIR/b.img"
+    make_pattern "$TEST_DIR/src.img" 4194304
+    local qsock=$TEST_DIR/qemu.sock qlog=$TEST_DIR/qemu-nbd.log
+    # qemu's server credentials verify the client by default (verify-peer=on)
+    start_aux "$qsock" "$qlog" qemu-nbd \
+        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$SRV_PKI" --tls-creds tls0 \
+        -k "$qsock" -f raw -t -e 8 "$TEST_DIR/b.img"
+    local bare="nbds+unix:///?socket=$qsock"
+
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$CLI_PKI"
+    assert_success
+    run "$DISKIMG" compare "$bare&tls-certificates=$CLI_PKI" "$TEST_DIR/src.img"
+    assert_success
+    run "$DISKIMG" info "$bare" --tls-creds="$CLI_PKI"
+    assert_success
+    assert_output --partial "virtual size: 4 MiB"
+    # no client certificate: qemu-nbd refuses it
+    run "$DISKIMG" info "$bare" --tls-creds="$ANON_PKI"
+    assert_failure
+    cmp "$TEST_DIR/src.img" "$TEST_DIR/b.img"
+
+    local psock=$TEST_DIR/qemu-psk.sock
+    start_aux "$psock" "$qlog" qemu-nbd \
+        --object "tls-creds-psk,id=tls1,endpoint=server,dir=$PSK_DIR" --tls-creds tls1 \
+        -k "$psock" -f raw -t -e 8 "$TEST_DIR/b.img"
+    run "$DISKIMG" compare "nbds+unix:///?socket=$psock" "$TEST_DIR/src.img" \
+        --tls-psk="$PSK_FILE" --tls-username=bob
+    assert_success
+}
+
+@test "diskimg client says goodbye inside TLS: nbdkit and qemu-nbd log no error" {
+    require_tool nbdkit qemu-nbd nbdinfo
+    local ksock=$TEST_DIR/nbdkit.sock klog=$TEST_DIR/nbdkit.log
+    local qsock=$TEST_DIR/qemu.sock qlog=$TEST_DIR/qemu-nbd.log
+    truncate -s 1M "$TEST_DIR/b.img"
+    start_aux "$ksock" "$klog" nbdkit -f -U "$ksock" --tls=require \
+        --tls-certificates="$SRV_PKI" memory 1M
+    start_aux "$qsock" "$qlog" qemu-nbd \
+        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$SRV_PKI" --tls-creds tls0 \
+        -k "$qsock" -f raw -t "$TEST_DIR/b.img"
+
+    # libnbd's goodbye (NBD_CMD_DISC inside the TLS session) makes neither
+    # server log anything: the check below tells a clean disconnect from
+    # a broken one
+    run nbdinfo --size "$(x509_uri "$ANON_PKI" "$ksock")"
+    assert_success
+    run nbdinfo --size "$(x509_uri "$CLI_PKI" "$qsock")"
+    assert_success
+
+    run "$DISKIMG" info "$(x509_uri "$ANON_PKI" "$ksock")"
+    assert_success
+    run "$DISKIMG" info "$(x509_uri "$CLI_PKI" "$qsock")"
+    assert_success
+    # (no timing here: each server logs the connection's end before it
+    # serves the next one, and a last nbdinfo goes through both)
+    run nbdinfo --size "$(x509_uri "$ANON_PKI" "$ksock")"
+    run nbdinfo --size "$(x509_uri "$CLI_PKI" "$qsock")"
+    sleep 0.2
+    if [[ -s "$klog" || -s "$qlog" ]]; then
+        echo "nbdkit:" >&2
+        cat "$klog" >&2
+        echo "qemu-nbd:" >&2
+        cat "$qlog" >&2
+        return 1
+    fi
+}
+
+# --- names and CAs -------------------------------------------------------------
+
+@test "TCP 127.0.0.1: the certificate's IP address is verified; another CA or a wrong tls-hostname is refused" {
+    require_tool nbdinfo qemu-img
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    local turi="nbds://127.0.0.1:$PORT/"
+    local qobj="tls-creds-x509,id=tls0,endpoint=client,dir="
+    local qopts="driver=nbd,host=127.0.0.1,port=$PORT,tls-creds=tls0"
+
+    run nbdinfo --size "$turi?tls-certificates=$ANON_PKI"
+    assert_success
+    assert_output 1048576
+    run qemu-img info --object "$qobj$ANON_PKI" --image-opts "$qopts"
+    assert_success
+    run "$DISKIMG" compare "$turi" "$TEST_DIR/a.img" --tls-creds="$ANON_PKI"
+    assert_success
+    run "$DISKIMG" info "$turi?tls-certificates=$ANON_PKI&tls-hostname=localhost"
+    assert_success
+
+    # a name the certificate does not carry
+    run "$DISKIMG" info "$turi?tls-certificates=$ANON_PKI&tls-hostname=wrong.example"
+    assert_failure
+    run qemu-img info --object "$qobj$ANON_PKI" --image-opts "$qopts,tls-hostname=wrong.example"
+    assert_failure
+    # a CA that did not sign the server's certificate
+    run nbdinfo --size "$turi?tls-certificates=$OTHER_PKI"
+    assert_failure
+    run qemu-img info --object "$qobj$OTHER_PKI" --image-opts "$qopts"
+    assert_failure
+    run "$DISKIMG" info "$turi" --tls-creds="$OTHER_PKI"
+    assert_failure
+    assert_output --partial "certificate"
+
+    # over a unix socket (no name to check) diskimg still checks the CA
+    start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    run "$DISKIMG" info "$(x509_uri "$OTHER_PKI" "$TEST_DIR/u.sock")"
+    assert_failure
+    run "$DISKIMG" info "$(x509_uri "$ANON_PKI" "$TEST_DIR/u.sock")&tls-hostname=wrong.example"
+    assert_failure
+    run "$DISKIMG" info "$(x509_uri "$ANON_PKI" "$TEST_DIR/u.sock")"
+    assert_success
+}
+
+# --- a good client among bad ones --------------------------------------------
+
+@test "garbage or silence instead of a TLS handshake: a client with reads in flight is not disturbed" {
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --handshake-limit=2 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+
+    run py "$SOCK" "$TEST_DIR/a.img" "$ANON_PKI" <<'EOF'
+import struct
+import sys
+import nbd
+import nbdraw as n
+
+sock, path, pki = sys.argv[1:4]
+data = open(path, "rb").read()
+good = nbd.NBD()
+good.set_tls(nbd.TLS_REQUIRE)
+good.set_tls_certificates(pki)
+good.connect_unix(sock)
+assert good.get_size() == len(data)
+
+def starttls():
+    c = n.connect(sock)
+    c.greeting()
+    c.send_client_flags()
+    rtype, _ = c.option(n.OPT_STARTTLS)
+    assert rtype == n.REP_ACK, "%#x" % rtype
+    return c
+
+def reads_in_flight():
+    """16 reads in flight on the good client."""
+    bufs = []
+    for i in range(16):
+        b = nbd.Buffer(4096)
+        good.aio_pread(b, i * 4096)
+        bufs.append((i, b))
+    return bufs
+
+def check(bufs):
+    while good.aio_in_flight() > 0:
+        good.poll(-1)
+    for i, b in bufs:
+        assert b.to_bytearray() == data[i * 4096:(i + 1) * 4096], "read %d differs" % i
+
+# an HTTP request instead of a ClientHello
+bufs = reads_in_flight()
+c = starttls()
+c.send(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n" * 4)
+assert c.is_closed(), "HTTP garbage after STARTTLS was not dropped"
+check(bufs)
+# a TLS record header that claims a huge record, junk, and gone
+bufs = reads_in_flight()
+c = starttls()
+c.send(b"\x16\x03\x01\xff\xff" + b"\xee" * 4096)
+c.close()
+check(bufs)
+# bytes right behind STARTTLS, before the server's answer
+bufs = reads_in_flight()
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+c.send(struct.pack(">QII", n.IHAVEOPT, n.OPT_STARTTLS, 0) + b"\x00" * 64)
+assert c.is_closed(), "data behind STARTTLS was not dropped"
+check(bufs)
+# STARTTLS, then silence: the handshake limit ends it, and the good
+# client is served all the while
+silent = starttls()
+for _ in range(3):
+    check(reads_in_flight())
+assert silent.is_closed(timeout=30), "a silent TLS client was never dropped"
+check(reads_in_flight())
+good.pwrite(b"\x77" * 512, 0)
+good.shutdown()
+EOF
+    assert_success
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    range_is "$TEST_DIR/a.img" 0 512 77
+    # each bad client was dropped, with a reason
+    [[ $(grep -c "dropped during the handshake" "$SERVER_LOG") -eq 4 ]]
+    grep -q "TLS: handshake failed" "$SERVER_LOG"
+    grep -q "data after NBD_OPT_STARTTLS" "$SERVER_LOG"
+    grep -q "timed out" "$SERVER_LOG"
+}
+
+# --- logs ----------------------------------------------------------------------
+
+@test "log: a TLS client gives one 'opened ... over TLS as ID' line and one 'closed' line" {
+    require_tool nbdsh
+    truncate -s 1M "$TEST_DIR/a.img"
+    start_server -t --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
+    export PSK_FILE SOCK
+    run nbdsh -c '
+import os
+h.set_tls(nbd.TLS_REQUIRE)
+h.set_tls_psk_file(os.environ["PSK_FILE"])
+h.set_tls_username("bob")
+h.connect_unix(os.environ["SOCK"])
+h.pread(512, 0)
+h.pread(512, 512)
+h.shutdown()
+'
+    assert_success
+    stop_server
+    run log_lines
+    assert_line --index 0 --regexp "unix socket opened export '' over TLS as bob$"
+    assert_line --index 1 --regexp "unix socket closed export '' after 2 request\(s\)$"
+    [[ ${#lines[@]} -eq 2 ]]
+}
