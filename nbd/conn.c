@@ -83,6 +83,13 @@ static ssize_t nbd_conn_recv_some(struct nbd_conn *c, void *buf, size_t len)
     }
 }
 
+bool nbd_conn_input_pending(struct nbd_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+
+    return c->rpos < c->rlen || (c->tls && nbd_tls_pending(c->tls)) || poll(&p, 1, 0) > 0;
+}
+
 int nbd_conn_recv(struct nbd_conn *c, void *buf, size_t len)
 {
     uint8_t *dst = buf;
@@ -138,9 +145,14 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
     }
     while (iovcnt > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
-        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        bool keeps_reader = nbd_kept_read_side == c;
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | (keeps_reader ? MSG_DONTWAIT : 0));
         if (n < 0) {
             if (errno == EINTR) {
+                continue;
+            }
+            if (keeps_reader && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                nbd_release_read_side(c); /* then wait for the client */
                 continue;
             }
             return -errno;

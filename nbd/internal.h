@@ -116,11 +116,19 @@ struct nbd_conn {
 
 /* conn.c: transport.  Return 0 or -errno (-ECONNRESET on end of stream). */
 int nbd_conn_recv(struct nbd_conn *c, void *buf, size_t len);
+/* Bytes of another request are already here (buffered or on the socket). */
+bool nbd_conn_input_pending(struct nbd_conn *c);
 int nbd_conn_discard(struct nbd_conn *c, uint64_t len);
 /* Caller holds write_lock (or is in the handshake, which is single-threaded). */
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt);
 int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len);
 void nbd_conn_kill(struct nbd_conn *c);
+
+/* transmission.c: the connection whose read side this thread keeps while it
+ * runs a request (see there), else NULL.  A send that would block releases
+ * it first, so a client that reads replies late never stalls the reads. */
+extern _Thread_local struct nbd_conn *nbd_kept_read_side;
+void nbd_release_read_side(struct nbd_conn *c);
 
 /* handshake.c: returns 0 once in transmission phase, <0 to drop the client. */
 int nbd_handshake(struct nbd_conn *c);
