@@ -26,6 +26,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "driver.h"
 #include "file-posix.h"
@@ -119,7 +120,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
             }
         }
     }
-    if (file_kernel_has_rwf_dsync()) {
+    if (file_kernel_has_rwf_dsync() && !debug_block_emulate_fua) {
         n->supported_write_flags = BLK_REQ_FUA;
     }
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;

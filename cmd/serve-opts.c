@@ -70,7 +70,8 @@ void serve_usage(FILE *f)
             "      --pid-file=PATH      write the server's process id to PATH\n"
             "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
             "  -v, --verbose            log more (repeat for more)\n"
-            "      --debug=FLAG=1       developer flags: block.trace, nbd.requests\n"
+            "      --debug=FLAG=1       developer flags: block.trace, nbd.requests,\n"
+            "                           block.emulate-fua (FUA as write + flush)\n"
             "\n"
             "TLS (GnuTLS):\n"
             "      --tls-creds=DIR      X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem\n"
@@ -85,7 +86,8 @@ void serve_usage(FILE *f)
             "  -h, --help               this help\n"
             "  -V, --version            the version\n"
             "\n"
-            "Statistics are printed to stderr on SIGUSR1 and at exit.  SIGINT and SIGTERM\n"
+            "Statistics go to stderr (syslog once forked) on SIGUSR1 and at exit.  SIGINT\n"
+            "and SIGTERM "
             "stop accepting clients, finish requests in flight, flush and exit 0.\n"
             "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
             "See diskimg-serve(1).\n",
@@ -544,6 +546,10 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
     if (o->tls_mode && strcmp(o->tls_mode, "off") != 0 && !creds) {
         return cmd_usage_error("serve", "--tls=%s needs --tls-creds=DIR or --tls-psk=FILE",
                                o->tls_mode);
+    }
+    if (o->tls.authz_file && o->tls_mode && strcmp(o->tls_mode, "require") != 0) {
+        return cmd_usage_error("serve", "--tls-authz needs --tls=require: a plaintext client "
+                                        "has no identity to check");
     }
     if ((o->tls.verify_peer || o->tls.authz_file || o->tls.priority) && !creds) {
         return cmd_usage_error("serve", "TLS options need --tls-creds=DIR or --tls-psk=FILE");

@@ -11,6 +11,7 @@
 int log_verbosity;
 const char *log_progname = "diskimg";
 int debug_block_trace;
+int debug_block_emulate_fua;
 int debug_nbd_requests;
 
 static bool use_syslog;
@@ -75,6 +76,7 @@ int debug_flag_set(const char *spec)
         int *flag;
     } flags[] = {
         {"block.trace", &debug_block_trace},
+        {"block.emulate-fua", &debug_block_emulate_fua},
         {"nbd.requests", &debug_nbd_requests},
     };
     const char *eq = strchr(spec, '=');

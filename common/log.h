@@ -15,8 +15,9 @@ extern int log_verbosity; /* 0 = errors/warnings/info, 1+ = debug */
 extern const char *log_progname;
 
 /* Developer debug flags (--debug=name=1); plain globals, no cost when off. */
-extern int debug_block_trace;  /* log every driver call with its flags */
-extern int debug_nbd_requests; /* log every NBD request */
+extern int debug_block_trace;       /* log every driver call with its flags */
+extern int debug_block_emulate_fua; /* files: no native FUA (measure write + flush) */
+extern int debug_nbd_requests;      /* log every NBD request */
 
 void log_use_syslog(bool on);
 /* Set this thread's context, shown in brackets ("conn 3"); NULL clears. */
