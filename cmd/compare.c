@@ -215,8 +215,8 @@ static int compare_run(int argc, char **argv)
             }
             status = cmp_tail(&c, sa > sb ? c.a : c.b, MIN(sa, sb), MAX(sa, sb), &diff);
         }
-        if (status == 0) {
-            cmd_progress_finish(&c.progress, c.total);
+        if (status == 0 && diff == UINT64_MAX) {
+            cmd_progress_finish(&c.progress, c.total); /* compared to the end */
         } else {
             cmd_progress_abort(&c.progress);
         }

@@ -40,7 +40,7 @@ static void convert_usage(FILE *f)
             "\n"
             "  -f FMT            source format (default: probe)\n"
             "  -O FMT            target format: raw (default) or qcow2\n"
-            "  -o OPTIONS        target creation options (see diskimg create -o help)\n"
+            "  -o OPTIONS        target creation options; -O FMT -o help lists them\n"
             "  -c                compress the target (qcow2) in the -m workers, so on every\n"
             "                    core; writes stay in order unless -W\n"
             "  -n                do not create DST: it exists and is at least as large\n"
