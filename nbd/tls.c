@@ -480,35 +480,56 @@ ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
     }
 }
 
+/* One gnutls_record_send until all of it is sent. */
+static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = gnutls_record_send(s->s, p, len);
+        if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
+            continue;
+        }
+        if (n < 0) {
+            return -EPIPE;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Small pieces (a reply header, a short payload) are gathered so they go
+ * out as one record; a large payload is encrypted straight from its buffer
+ * once the gathered part is full.  So a 1 MiB read reply costs one 16 KiB
+ * copy, not the full copy that gnutls_record_cork would make. */
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
-    /* Cork: many small pieces (header, payload) become few records. */
-    gnutls_record_cork(s->s);
+    uint8_t stage[16384]; /* the TLS maximum record payload */
+    size_t used = 0;
+
     for (int i = 0; i < iovcnt; i++) {
         const uint8_t *p = iov[i].iov_base;
         size_t left = iov[i].iov_len;
         while (left > 0) {
-            ssize_t n = gnutls_record_send(s->s, p, left);
-            if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
-                continue;
+            if (used == 0 && left >= sizeof stage) {
+                if (tls_send_all(s, p, left) < 0) {
+                    return -EPIPE;
+                }
+                break;
             }
-            if (n < 0) {
-                gnutls_record_uncork(s->s, 0);
-                return -EPIPE;
-            }
+            size_t n = MIN(left, sizeof stage - used);
+            memcpy(stage + used, p, n);
+            used += n;
             p += n;
-            left -= (size_t)n;
+            left -= n;
+            if (used == sizeof stage) {
+                if (tls_send_all(s, stage, used) < 0) {
+                    return -EPIPE;
+                }
+                used = 0;
+            }
         }
     }
-    for (;;) {
-        int r = gnutls_record_uncork(s->s, GNUTLS_RECORD_WAIT);
-        if (r >= 0) {
-            return 0;
-        }
-        if (r != GNUTLS_E_INTERRUPTED && r != GNUTLS_E_AGAIN) {
-            return -EPIPE;
-        }
-    }
+    return tls_send_all(s, stage, used);
 }
 
 bool nbd_tls_pending(struct nbd_tls_session *s)
