@@ -9,6 +9,11 @@ durable-write patterns a guest generates:
   wflush  write, wait, NBD_CMD_FLUSH, wait, repeat (queue depth 1);
           one op = one write+flush pair, its latency covers both
   write   plain 4k random writes at QD (no FUA, no flush), for comparison
+  read    reads at QD (also from read-only exports)
+
+--pattern seq walks the export in --bs steps instead of random offsets
+(with --bs 1048576: sequential 1 MiB I/O, e.g. for TLS throughput).  URIs
+may name local credential files (nbds+unix:///?socket=S&tls-certificates=D).
 
 It runs for --seconds (default 10) or for --count ops, whichever is given,
 and prints ONE line of JSON on stdout, e.g.
@@ -62,7 +67,10 @@ class Runner:
         self.h = h
         self.a = args
         rng = random.Random(args.seed)
-        self.offs = [rng.randrange(nblocks) * args.bs for _ in range(NOFFSETS)]
+        if args.pattern == "seq":
+            self.offs = [(i % nblocks) * args.bs for i in range(min(NOFFSETS, nblocks))]
+        else:
+            self.offs = [rng.randrange(nblocks) * args.bs for _ in range(NOFFSETS)]
         self.next_off = 0
         # One shared source buffer: the server only reads from it.  Random,
         # non-zero content so no zero detection can shortcut the write.
@@ -75,7 +83,7 @@ class Runner:
 
     def offset(self):
         o = self.offs[self.next_off]
-        self.next_off = (self.next_off + 1) % NOFFSETS
+        self.next_off = (self.next_off + 1) % len(self.offs)
         return o
 
     def _done(self, t_submit):
@@ -96,18 +104,26 @@ class Runner:
             self.h.poll(-1)
 
     def run_queue(self, flags, deadline, count):
-        """Keep a.qd writes in flight until deadline / count submissions."""
+        """Keep a.qd writes (or reads) in flight until deadline / count
+        submissions."""
         qd, h, buf = self.a.qd, self.h, self.buf
         now = time.perf_counter_ns
         submitted = 0
+        reading = self.a.mode == "read"
+        # Reads land in a buffer per slot; their content is not looked at.
+        rbufs = [nbd.Buffer(self.a.bs) for _ in range(qd)] if reading else None
         while True:
             t = now()
             if t >= deadline or (count and submitted >= count):
                 break
             while self.inflight < qd and not (count and submitted >= count):
                 t = now()
-                h.aio_pwrite(buf, self.offset(), completion=self._done(t),
-                             flags=flags)
+                if reading:
+                    h.aio_pread(rbufs[submitted % qd], self.offset(),
+                                completion=self._done(t))
+                else:
+                    h.aio_pwrite(buf, self.offset(), completion=self._done(t),
+                                 flags=flags)
                 self.inflight += 1
                 submitted += 1
             h.poll(-1)
@@ -150,7 +166,9 @@ def main():
         epilog=__doc__.split("\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--uri", required=True, help="NBD URI, e.g. nbd+unix:///?socket=PATH")
-    p.add_argument("--mode", choices=["fua", "wflush", "write"], default="fua")
+    p.add_argument("--mode", choices=["fua", "wflush", "write", "read"], default="fua")
+    p.add_argument("--pattern", choices=["rand", "seq"], default="rand",
+                   help="random (default) or sequential offsets")
     p.add_argument("--qd", type=int, default=1, help="commands in flight (wflush: must be 1)")
     p.add_argument("--bs", type=int, default=4096, help="write size in bytes (default 4096)")
     p.add_argument("--seconds", type=float, default=None,
@@ -172,12 +190,13 @@ def main():
 
     h = nbd.NBD()
     h.set_handle_name("nbd-fua-client")
+    h.set_uri_allow_local_file(True)  # nbds:// URIs name their credentials
     try:
         h.connect_uri(a.uri)
     except nbd.Error as e:
         return emit({"error": "connect %s: %s" % (a.uri, e.string)}, 1)
 
-    if h.is_read_only():
+    if h.is_read_only() and a.mode != "read":
         return emit({"unsupported": "export is read-only", "mode": a.mode}, 2)
     if a.mode == "fua" and not h.can_fua():
         return emit({"unsupported": "server does not advertise FUA", "mode": a.mode}, 2)

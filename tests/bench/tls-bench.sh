@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# tls-bench.sh - NBD over TLS: diskimg serve against qemu-nbd and nbdkit with
+# the same X.509 credentials, on the same image, over unix sockets.
+#
+# Usage: tls-bench.sh [-s SIZE] [-t SEC] [-r ROUNDS] [-q] [-k] [-b DISKIMG] [-d DIR]
+#   -s SIZE    image size (default 1G; random data, so no zero shortcut)
+#   -t SEC     seconds per workload (default 10)
+#   -r N       interleaved rounds (default 3)
+#   -q         quick smoke test: 64M, 1 s, 1 round
+#   -k         keep the scratch directory
+#   -b PATH    diskimg binary (default <source>/build/cmd/diskimg)
+#   -d DIR     scratch directory (default /var/tmp/diskimg-tls-bench)
+#
+# Configs: diskimg (serve --tls-creds), qemu-nbd (--object tls-creds-x509),
+# nbdkit (--tls=require --tls-certificates), each on its own copy of the
+# image, page cache warm, cache mode writeback everywhere (the defaults).
+# Every server requires TLS and sees the same client certificate.
+#
+# Workloads, one connection each (nbd-fua-client.py over nbds+unix://):
+#   seqread-1m-qd8    1 MiB sequential reads, 8 in flight    MB/s
+#   seqwrite-1m-qd8   1 MiB sequential writes, 8 in flight   MB/s
+#   randread-4k-qd16  4 KiB random reads, 16 in flight       IOPS
+#
+# Prints one line per run, then per workload the median (min-max) of each
+# config and diskimg's per-round ratio against each peer (median).  Only
+# processes started here are stopped, by PID.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+SRCROOT=$(cd "$HERE/../.." && pwd)
+PY=/usr/bin/python3
+CLIENT=$HERE/nbd-fua-client.py
+DISKIMG=${DISKIMG:-$SRCROOT/build/cmd/diskimg}
+SIZE=1G RUNTIME=10 ROUNDS=3 KEEP=0 DIR=/var/tmp/diskimg-tls-bench
+
+while getopts "s:t:r:qkb:d:h" opt; do
+  case $opt in
+    s) SIZE=$OPTARG ;; t) RUNTIME=$OPTARG ;; r) ROUNDS=$OPTARG ;;
+    q) SIZE=64M RUNTIME=1 ROUNDS=1 ;; k) KEEP=1 ;; b) DISKIMG=$OPTARG ;; d) DIR=$OPTARG ;;
+    h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) exit 2 ;;
+  esac
+done
+
+for t in certtool qemu-nbd nbdkit qemu-img "$PY"; do
+  command -v "$t" >/dev/null || { echo "tls-bench: $t is required" >&2; exit 1; }
+done
+[ -x "$DISKIMG" ] || { echo "tls-bench: $DISKIMG is not built" >&2; exit 1; }
+
+mkdir -p "$DIR"
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  [ "$KEEP" = 1 ] || rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# ---- credentials: a CA, a server and a client certificate (certtool)
+PKI=$DIR/pki
+mkdir -p "$PKI/server" "$PKI/client"
+cert() { # NAME TEMPLATE-LINES...: key and certificate signed by the CA
+  local name=$1; shift
+  printf '%s\n' "$@" >"$PKI/$name.info"
+  certtool --generate-privkey --outfile "$PKI/$name-key.pem" 2>/dev/null
+  certtool --generate-certificate --load-privkey "$PKI/$name-key.pem" \
+    --load-ca-certificate "$PKI/ca-cert.pem" --load-ca-privkey "$PKI/ca-key.pem" \
+    --template "$PKI/$name.info" --outfile "$PKI/$name-cert.pem" 2>/dev/null
+}
+certtool --generate-privkey --outfile "$PKI/ca-key.pem" 2>/dev/null
+printf 'cn = bench CA\nca\ncert_signing_key\nexpiration_days = 30\n' >"$PKI/ca.info"
+certtool --generate-self-signed --load-privkey "$PKI/ca-key.pem" --template "$PKI/ca.info" \
+  --outfile "$PKI/ca-cert.pem" 2>/dev/null
+cert server 'organization = bench' 'cn = localhost' 'dns_name = localhost' \
+  'tls_www_server' 'encryption_key' 'signing_key' 'expiration_days = 30'
+cert client 'organization = bench' 'cn = client' 'tls_www_client' 'encryption_key' \
+  'signing_key' 'expiration_days = 30'
+for side in server client; do
+  cp "$PKI/ca-cert.pem" "$PKI/$side/"
+  cp "$PKI/$side-cert.pem" "$PKI/$side/$side-cert.pem"
+  cp "$PKI/$side-key.pem" "$PKI/$side/$side-key.pem"
+  chmod 600 "$PKI/$side/$side-key.pem"
+done
+
+# ---- the image: random data (no zero shortcut on reads), one copy per config
+BASE=$DIR/base.raw
+if [ ! -s "$BASE" ]; then
+  qemu-img create -q -f raw "$BASE" "$SIZE"
+  bytes=$(stat -c %s "$BASE")
+  head -c "$bytes" /dev/urandom | dd of="$BASE" conv=notrunc,fsync bs=1M status=none iflag=fullblock
+fi
+
+CONFIGS=(diskimg qemu-nbd nbdkit)
+start_server() { # CONFIG IMG SOCK
+  local img=$2 sock=$3
+  case $1 in
+    diskimg) "$DISKIMG" serve -t -f raw --tls-creds="$PKI/server" -k "$sock" "$img" \
+               2>>"$DIR/server.log" & ;;
+    qemu-nbd) qemu-nbd -t -f raw -k "$sock" \
+                --object "tls-creds-x509,id=tls0,dir=$PKI/server,endpoint=server" \
+                --tls-creds tls0 "$img" 2>>"$DIR/server.log" & ;;
+    nbdkit) nbdkit -f -U "$sock" --tls=require --tls-certificates="$PKI/server" \
+              file "$img" 2>>"$DIR/server.log" & ;;
+  esac
+  SERVER=$!
+  PIDS+=("$SERVER")
+  for _ in $(seq 100); do [ -S "$sock" ] && return 0; sleep 0.05; done
+  echo "tls-bench: $1 did not start (see $DIR/server.log)" >&2
+  return 1
+}
+
+stop_server() {
+  kill "$SERVER" 2>/dev/null || true
+  wait "$SERVER" 2>/dev/null || true
+}
+
+run_workload() { # WORKLOAD URI -> value
+  local args
+  case $1 in
+    seqread-1m-qd8) args=(--mode read --pattern seq --bs 1048576 --qd 8) ;;
+    seqwrite-1m-qd8) args=(--mode write --pattern seq --bs 1048576 --qd 8) ;;
+    randread-4k-qd16) args=(--mode read --bs 4096 --qd 16) ;;
+  esac
+  "$PY" "$CLIENT" --uri "$2" --seconds "$RUNTIME" "${args[@]}" |
+    "$PY" -c 'import json,sys
+d = json.load(sys.stdin)
+if "iops" not in d: sys.exit("client: %s" % d)
+bs = d["bs"]
+print(round(d["iops"] * bs / 1e6, 1) if bs >= 1048576 else d["iops"])'
+}
+
+WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16)
+TSV=$DIR/results.tsv
+printf 'round\tconfig\tworkload\tvalue\n' >"$TSV"
+for ((round = 1; round <= ROUNDS; round++)); do
+  for ((i = 0; i < ${#CONFIGS[@]}; i++)); do
+    cfg=${CONFIGS[$(((i + round - 1) % ${#CONFIGS[@]}))]}
+    img=$DIR/$cfg.raw sock=$DIR/$cfg.sock
+    cp "$BASE" "$img"
+    cat "$img" >/dev/null # warm, like every config
+    rm -f "$sock"
+    start_server "$cfg" "$img" "$sock"
+    uri="nbds+unix:///?socket=$sock&tls-certificates=$PKI/client"
+    for wl in "${WORKLOADS[@]}"; do
+      v=$(run_workload "$wl" "$uri")
+      printf '%s\t%s\t%s\t%s\n' "$round" "$cfg" "$wl" "$v" | tee -a "$TSV"
+      sync "$img"
+    done
+    stop_server
+    rm -f "$img"
+  done
+done
+
+"$PY" - "$TSV" <<'PYEOF'
+import collections, statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+val = collections.defaultdict(dict)  # (wl, cfg) -> {round: value}
+for rnd, cfg, wl, v in rows:
+    val[(wl, cfg)][rnd] = float(v)
+wls = list(dict.fromkeys(r[2] for r in rows))
+cfgs = list(dict.fromkeys(r[1] for r in rows))
+def fmt(xs):
+    return "%.0f (%.0f-%.0f)" % (statistics.median(xs), min(xs), max(xs))
+print("\n| workload | " + " | ".join(cfgs) + " | diskimg/qemu-nbd | diskimg/nbdkit |")
+print("| --- |" + " ---: |" * (len(cfgs) + 2))
+for wl in wls:
+    cells = [fmt(list(val[(wl, c)].values())) for c in cfgs]
+    ratios = []
+    for peer in ("qemu-nbd", "nbdkit"):
+        ours, theirs = val[(wl, "diskimg")], val[(wl, peer)]
+        rs = [ours[r] / theirs[r] for r in ours if r in theirs and theirs[r]]
+        ratios.append("%.2fx" % statistics.median(rs) if rs else "-")
+    print("| %s | %s | %s |" % (wl, " | ".join(cells), " | ".join(ratios)))
+PYEOF
