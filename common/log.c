@@ -13,6 +13,7 @@ const char *log_progname = "diskimg";
 int debug_block_trace;
 int debug_block_emulate_fua;
 int debug_nbd_requests;
+int debug_nbd_poll_us = 50;
 
 static bool use_syslog;
 static __thread char log_ctx[64];
@@ -78,6 +79,7 @@ int debug_flag_set(const char *spec)
         {"block.trace", &debug_block_trace},
         {"block.emulate-fua", &debug_block_emulate_fua},
         {"nbd.requests", &debug_nbd_requests},
+        {"nbd.poll-us", &debug_nbd_poll_us},
     };
     const char *eq = strchr(spec, '=');
     size_t len = eq ? (size_t)(eq - spec) : strlen(spec);

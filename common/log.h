@@ -18,6 +18,7 @@ extern const char *log_progname;
 extern int debug_block_trace;       /* log every driver call with its flags */
 extern int debug_block_emulate_fua; /* files: no native FUA (measure write + flush) */
 extern int debug_nbd_requests;      /* log every NBD request */
+extern int debug_nbd_poll_us;       /* longest busy-poll for the next request (µs) */
 
 void log_use_syslog(bool on);
 /* Set this thread's context, shown in brackets ("conn 3"); NULL clears. */

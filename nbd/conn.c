@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "internal.h"
 #include "tls.h"
@@ -58,8 +59,64 @@ static int nbd_conn_wait_readable(struct nbd_conn *c)
     }
 }
 
+/*
+ * Busy-polling for the next request.  A client at queue depth 1 sends its
+ * next request some 10-30 µs after our reply; a thread that sleeps in
+ * recv() meanwhile takes another 20-30 µs to wake up in a VM (the idle vCPU
+ * halts), which doubled the latency of a cached 4k read.  So when nothing
+ * else runs on the connection, the reader first polls the socket without
+ * blocking for up to poll_ns.  poll_ns adapts like qemu's AioContext
+ * polling: it grows (doubling from POLL_MIN_NS up to --debug=nbd.poll-us)
+ * while requests arrive within that limit, and halves to zero when they
+ * come later, so an idle or slow client costs no CPU.  It polls only after
+ * a request served within that limit (from the page cache, say): after one
+ * that waited for the device, polling measured 10-15% slower (4k FUA writes
+ * and O_DIRECT reads at queue depth 1), as the spinning vCPU competes with
+ * the I/O completion work.
+ */
+#define POLL_MIN_NS 4000u
+
+static ssize_t nbd_conn_poll_recv(struct nbd_conn *c, void *buf, size_t len)
+{
+    uint64_t until = clock_ns() + c->poll_ns;
+    ssize_t n;
+
+    do {
+        n = recv(c->fd, buf, len, MSG_DONTWAIT);
+    } while (n < 0 && (errno == EAGAIN || errno == EINTR) && clock_ns() < until);
+    return n;
+}
+
+static void nbd_conn_adapt_poll(struct nbd_conn *c, uint64_t waited_ns)
+{
+    uint64_t max = (uint64_t)MAX(debug_nbd_poll_us, 0) * 1000;
+
+    if (waited_ns <= max) {
+        c->poll_ns = MIN(MAX(c->poll_ns * 2, (uint64_t)POLL_MIN_NS), max);
+    } else {
+        c->poll_ns = c->poll_ns / 2 >= POLL_MIN_NS ? c->poll_ns / 2 : 0;
+    }
+}
+
 static ssize_t nbd_conn_recv_some(struct nbd_conn *c, void *buf, size_t len)
 {
+    uint64_t max_ns = (uint64_t)MAX(debug_nbd_poll_us, 0) * 1000;
+    bool polling = c->may_poll && !c->tls && max_ns > 0 && atomic_load(&c->inflight) == 0 &&
+                   atomic_load_explicit(&c->last_service_ns, memory_order_relaxed) <= max_ns;
+    uint64_t t0 = polling ? clock_ns() : 0;
+
+    if (polling && c->poll_ns) {
+        ssize_t n = nbd_conn_poll_recv(c, buf, len);
+        if (n > 0) {
+            return n;
+        }
+        if (n == 0) {
+            return -ECONNRESET;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            return -errno;
+        }
+    }
     for (;;) {
         /* Bytes GnuTLS already decrypted are invisible to poll(). */
         int r = c->tls && nbd_tls_pending(c->tls) ? 0 : nbd_conn_wait_readable(c);
@@ -72,6 +129,9 @@ static ssize_t nbd_conn_recv_some(struct nbd_conn *c, void *buf, size_t len)
         }
         ssize_t n = recv(c->fd, buf, len, 0);
         if (n > 0) {
+            if (polling) {
+                nbd_conn_adapt_poll(c, clock_ns() - t0);
+            }
             return n;
         }
         if (n == 0) {

@@ -85,8 +85,11 @@ struct nbd_conn {
     pthread_mutex_t read_lock;
     uint8_t *rbuf;
     size_t rpos, rlen;
-    uint64_t deadline_ns; /* handshake deadline, 0 = none */
-    uint64_t idle_ns;     /* --idle-timeout in transmission, 0 = none */
+    bool may_poll;                    /* transmission phase: busy-polling allowed */
+    uint64_t poll_ns;                 /* current busy-poll window (adapted by conn.c) */
+    _Atomic uint64_t last_service_ns; /* how long the last request took */
+    uint64_t deadline_ns;             /* handshake deadline, 0 = none */
+    uint64_t idle_ns;                 /* --idle-timeout in transmission, 0 = none */
     _Atomic uint64_t last_active_ns;
     _Atomic unsigned inflight; /* requests read and not yet answered */
 

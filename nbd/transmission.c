@@ -435,7 +435,9 @@ static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *
     }
     uint64_t bytes =
         (req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) && r >= 0 ? req->count : 0;
-    nbd_stats_record(&c->srv->stats, req->type, r < 0, bytes, clock_ns() - req->start_ns);
+    uint64_t service_ns = clock_ns() - req->start_ns;
+    nbd_stats_record(&c->srv->stats, req->type, r < 0, bytes, service_ns);
+    atomic_store_explicit(&c->last_service_ns, service_ns, memory_order_relaxed);
 }
 
 static void *nbd_worker_main(void *arg);
@@ -562,6 +564,7 @@ static void *nbd_worker_main(void *arg)
 
 void nbd_transmission(struct nbd_conn *c)
 {
+    c->may_poll = true;
     pthread_mutex_lock(&c->lock);
     c->nthreads++;
     pthread_mutex_unlock(&c->lock);
