@@ -36,6 +36,9 @@ struct nbd_export {
     struct blk_image *img;
     struct blk_bitmap *bitmaps[NBD_MAX_BITMAPS]; /* owned */
     unsigned n_bitmaps;
+    /* Bytes written since the last flush started: bounds what a flush has
+     * to write back, so transmission.c knows whether it is short. */
+    _Atomic uint64_t unflushed_bytes;
     struct nbd_export *next;
 };
 

@@ -9,10 +9,11 @@
  *
  * Handing the read side over costs a thread wake-up per request, which at
  * queue depth 1 is a fifth of a cold 4k read.  So a worker keeps read_lock
- * through a short read or write (nbd_req_is_short) when the client is not
+ * through a short request (nbd_req_is_short: a small read or write, or a
+ * flush with little written since the last one) when the client is not
  * pipelining (no other request in flight, none arrived yet), and reads the
  * next request itself.  A request that arrives meanwhile waits for that one
- * short request at most; flushes, trims, zeroing and large transfers,
+ * short request at most; other flushes, trims, zeroing and large transfers,
  * which may take long, always hand the read side over first, and so does a
  * reply that cannot be sent at once (nbd_conn_send), because a client that
  * pipelines writes may read replies only after it has sent them all.  TLS
@@ -469,10 +470,27 @@ static void nbd_maybe_spawn(struct nbd_conn *c)
     pthread_attr_destroy(&attr);
 }
 
-/* Bounded work: a small read or write, at most a few device I/Os. */
-static bool nbd_req_is_short(const struct nbd_req *req)
+#define SHORT_TRANSFER_MAX (128u * 1024)
+#define SHORT_FLUSH_MAX (1024u * 1024)
+
+/* Bounded work: a small read or write, at most a few device I/Os, or a
+ * flush with at most SHORT_FLUSH_MAX written (by any connection) since the
+ * previous flush started.  Called once per request: it does the export's
+ * unflushed-bytes accounting. */
+static bool nbd_req_is_short(struct nbd_conn *c, const struct nbd_req *req)
 {
-    return (req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) && req->count <= 128 * 1024;
+    switch (req->type) {
+    case NBD_CMD_WRITE:
+    case NBD_CMD_WRITE_ZEROES: /* may write zeroes as data */
+        atomic_fetch_add(&c->exp->unflushed_bytes, req->count);
+        return req->type == NBD_CMD_WRITE && req->count <= SHORT_TRANSFER_MAX;
+    case NBD_CMD_READ:
+        return req->count <= SHORT_TRANSFER_MAX;
+    case NBD_CMD_FLUSH:
+        return atomic_exchange(&c->exp->unflushed_bytes, 0) <= SHORT_FLUSH_MAX;
+    default:
+        return false;
+    }
 }
 
 _Thread_local struct nbd_conn *nbd_kept_read_side;
@@ -529,8 +547,8 @@ static void nbd_worker_loop(struct nbd_conn *c)
             log_debug("%s flags=0x%x offset=%" PRIu64 " count=%" PRIu32, nbd_cmd_name(req.type),
                       req.flags, req.offset, req.count);
         }
-        if (c->tls || !nbd_req_is_short(&req) || atomic_load(&c->inflight) > 1 ||
-            nbd_conn_input_pending(c)) {
+        bool is_short = nbd_req_is_short(c, &req);
+        if (c->tls || !is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
             nbd_hand_over_read_side(c);
         } else {
             nbd_kept_read_side = c;
