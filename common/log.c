@@ -31,43 +31,43 @@ void log_set_context(const char *ctx)
     snprintf(log_ctx, sizeof log_ctx, "%s", ctx ? ctx : "");
 }
 
-void log_msg(enum log_level level, const char *fmt, ...)
+/* Format one line and write it to syslog or stderr, HEAD first (and the
+ * program name on stderr when NAMED).  One call per line, so lines from
+ * threads never interleave. */
+static void log_vline(int prio, bool named, const char *head, const char *fmt, va_list ap)
 {
-    static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
-    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
     int saved = errno;
     char msg[1024];
-    va_list ap;
 
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (use_syslog) {
-        syslog(prio[level], "%s%s%s%s", log_ctx[0] ? log_ctx : "", log_ctx[0] ? ": " : "",
-               prefix[level], msg);
+        syslog(prio, "%s%s", head, msg);
     } else {
-        /* One fprintf per line so lines from threads do not interleave. */
-        fprintf(stderr, "%s: %s%s%s%s\n", log_progname, log_ctx[0] ? log_ctx : "",
-                log_ctx[0] ? ": " : "", prefix[level], msg);
+        fprintf(stderr, "%s%s%s%s\n", named ? log_progname : "", named ? ": " : "", head, msg);
     }
     errno = saved;
 }
 
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    static const char *const prefix[] = {"error: ", "warning: ", "", "debug: "};
+    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+    char head[sizeof log_ctx + 16];
+    va_list ap;
+
+    snprintf(head, sizeof head, "%s%s%s", log_ctx, log_ctx[0] ? ": " : "", prefix[level]);
+    va_start(ap, fmt);
+    log_vline(prio[level], true, head, fmt, ap);
+    va_end(ap);
+}
+
 void log_report_line(const char *fmt, ...)
 {
-    int saved = errno;
-    char msg[1024];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    log_vline(LOG_INFO, false, "", fmt, ap);
     va_end(ap);
-    if (use_syslog) {
-        syslog(LOG_INFO, "%s", msg);
-    } else {
-        fprintf(stderr, "%s\n", msg);
-    }
-    errno = saved;
 }
 
 int debug_flag_set(const char *spec)
