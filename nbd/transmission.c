@@ -473,21 +473,33 @@ static void nbd_maybe_spawn(struct nbd_conn *c)
 #define SHORT_TRANSFER_MAX (128u * 1024)
 #define SHORT_FLUSH_MAX (1024u * 1024)
 
-/* Bounded work: a small read or write, at most a few device I/Os, or a
- * flush with at most SHORT_FLUSH_MAX written (by any connection) since the
- * previous flush started.  Called once per request: it does the export's
- * unflushed-bytes accounting. */
-static bool nbd_req_is_short(struct nbd_conn *c, const struct nbd_req *req)
+/* Bytes written to the export since the previous flush started, counted
+ * when a request is read: for a FLUSH the count it covers (and the count
+ * starts again), for a write or zeroing 0 after adding its length. */
+static uint64_t nbd_track_unflushed(struct nbd_conn *c, const struct nbd_req *req)
 {
     switch (req->type) {
     case NBD_CMD_WRITE:
     case NBD_CMD_WRITE_ZEROES: /* may write zeroes as data */
         atomic_fetch_add(&c->exp->unflushed_bytes, req->count);
-        return req->type == NBD_CMD_WRITE && req->count <= SHORT_TRANSFER_MAX;
+        return 0;
+    case NBD_CMD_FLUSH:
+        return atomic_exchange(&c->exp->unflushed_bytes, 0);
+    default:
+        return 0;
+    }
+}
+
+/* Bounded work: a small read or write, at most a few device I/Os, or a
+ * flush with at most SHORT_FLUSH_MAX to write back (UNFLUSHED). */
+static bool nbd_req_is_short(const struct nbd_req *req, uint64_t unflushed)
+{
+    switch (req->type) {
     case NBD_CMD_READ:
+    case NBD_CMD_WRITE:
         return req->count <= SHORT_TRANSFER_MAX;
     case NBD_CMD_FLUSH:
-        return atomic_exchange(&c->exp->unflushed_bytes, 0) <= SHORT_FLUSH_MAX;
+        return unflushed <= SHORT_FLUSH_MAX;
     default:
         return false;
     }
@@ -547,7 +559,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
             log_debug("%s flags=0x%x offset=%" PRIu64 " count=%" PRIu32, nbd_cmd_name(req.type),
                       req.flags, req.offset, req.count);
         }
-        bool is_short = nbd_req_is_short(c, &req);
+        bool is_short = nbd_req_is_short(&req, nbd_track_unflushed(c, &req));
         if (c->tls || !is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
             nbd_hand_over_read_side(c);
         } else {
