@@ -9,30 +9,12 @@ load '../interop/lib'
 
 setup() { setup_test; }
 teardown() {
-    kill_kits
     kill_extra_servers
     cleanup_test
 }
 
 MiB=1048576
 
-KIT_PIDS=()
-kill_kits() {
-    local p
-    for p in "${KIT_PIDS[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    KIT_PIDS=()
-}
-
-start_kit() {
-    local sock=$1
-    shift
-    nbdkit --exit-with-parent -f -U "$sock" "$@" 2>>"$TEST_DIR/nbdkit.log" &
-    KIT_PIDS+=("$!")
-    wait_until 10 unix_listening "$sock"
-}
 
 # 4 MiB: data, a hole, written zeroes, data at the end.
 make_img() {

@@ -11,7 +11,7 @@ load '../interop/lib'
 
 setup() { setup_test; }
 teardown() {
-    kill_kits
+    kill_extra_servers
     cleanup_test
 }
 
@@ -117,26 +117,6 @@ import json, sys
 print(json.load(sys.stdin).get("compressed-clusters", 0))'
 }
 
-# Extra processes (nbdkit) started by a test, stopped by PID.
-KIT_PIDS=()
-kill_kits() {
-    local p
-    for p in "${KIT_PIDS[@]}"; do
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    KIT_PIDS=()
-}
-
-# start_kit SOCKET nbdkit-args...: nbdkit in the foreground on SOCKET.
-start_kit() {
-    local sock=$1
-    shift
-    nbdkit --exit-with-parent -f -U "$sock" "$@" 2>>"$TEST_DIR/nbdkit.log" &
-    KIT_PIDS+=("$!")
-    LAST_KIT=$!
-    wait_until 10 unix_listening "$sock"
-}
 
 # A slow, data-only source: 128 MiB of nbdkit's pattern plugin, every read
 # delayed, so that a convert of it takes seconds.

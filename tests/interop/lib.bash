@@ -148,6 +148,16 @@ start_extra_server() {
     wait_until 10 unix_listening "$sock"
 }
 
+# start_kit SOCKET nbdkit-args...: nbdkit in the foreground on SOCKET; its
+# PID goes to EXTRA_PIDS too, so kill_extra_servers stops it.
+start_kit() {
+    local sock=$1
+    shift
+    nbdkit --exit-with-parent -f -U "$sock" "$@" 2>>"$TEST_DIR/nbdkit.log" &
+    EXTRA_PIDS+=("$!")
+    wait_until 10 unix_listening "$sock"
+}
+
 kill_extra_servers() {
     local pid
     for pid in "${EXTRA_PIDS[@]}"; do
