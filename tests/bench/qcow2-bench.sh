@@ -34,6 +34,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench-lib.sh
+. "$HERE/bench-lib.sh"
 SRCROOT=$(cd "$HERE/../.." && pwd)
 PY=/usr/bin/python3
 CLIENT=$HERE/nbd-fua-client.py
@@ -104,15 +106,7 @@ start_server() { # CONFIG IMG SOCK
                 2>>"$DIR/server.log" & ;;
   esac
   SERVER=$!
-  for _ in $(seq 200); do [ -S "$3" ] && return 0; sleep 0.05; done
-  echo "qcow2-bench: $1 did not start (see $DIR/server.log)" >&2
-  return 1
-}
-
-stop_server() {
-  kill "$SERVER" 2>/dev/null || true
-  wait "$SERVER" 2>/dev/null || true
-  SERVER=""
+  wait_socket "$1" "$3"
 }
 
 client_args() { # WORKLOAD
@@ -141,10 +135,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       start_server "$cfg" "$img" "$sock"
       # shellcheck disable=SC2046
       v=$("$PY" "$CLIENT" --uri "nbd+unix:///?socket=$sock" --seconds "$RUNTIME" \
-            $(client_args "$wl") | "$PY" -c 'import json,sys
-d = json.load(sys.stdin)
-if "iops" not in d: sys.exit("client: %s" % d)
-print(round(d["iops"] * d["bs"] / 1e6, 1) if d["bs"] >= 1048576 else d["iops"])')
+            $(client_args "$wl") | client_value)
       stop_server
       printf '%s\t%s\t%s\t%s\n' "$round" "$cfg" "$wl" "$v" | tee -a "$TSV"
       qemu-img check -q "$img" || echo "qcow2-bench: $cfg left $wl's image unclean" >&2

@@ -27,6 +27,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench-lib.sh
+. "$HERE/bench-lib.sh"
 SRCROOT=$(cd "$HERE/../.." && pwd)
 PY=/usr/bin/python3
 CLIENT=$HERE/nbd-fua-client.py
@@ -104,14 +106,7 @@ start_server() { # CONFIG IMG SOCK
   esac
   SERVER=$!
   PIDS+=("$SERVER")
-  for _ in $(seq 100); do [ -S "$sock" ] && return 0; sleep 0.05; done
-  echo "tls-bench: $1 did not start (see $DIR/server.log)" >&2
-  return 1
-}
-
-stop_server() {
-  kill "$SERVER" 2>/dev/null || true
-  wait "$SERVER" 2>/dev/null || true
+  wait_socket "$1" "$sock"
 }
 
 run_workload() { # WORKLOAD URI -> value
@@ -122,11 +117,7 @@ run_workload() { # WORKLOAD URI -> value
     randread-4k-qd16) args=(--mode read --bs 4096 --qd 16) ;;
   esac
   "$PY" "$CLIENT" --uri "$2" --seconds "$RUNTIME" "${args[@]}" |
-    "$PY" -c 'import json,sys
-d = json.load(sys.stdin)
-if "iops" not in d: sys.exit("client: %s" % d)
-bs = d["bs"]
-print(round(d["iops"] * bs / 1e6, 1) if bs >= 1048576 else d["iops"])'
+    client_value
 }
 
 WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16)

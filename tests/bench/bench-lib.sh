@@ -1,0 +1,30 @@
+# bench-lib.sh: pieces shared by qcow2-bench.sh and tls-bench.sh (sourced;
+# they set PY and DIR, and keep the running server's PID in SERVER).
+
+# wait_socket NAME SOCK: wait up to 10 s for the server to listen on SOCK.
+wait_socket() {
+  local _
+  for _ in $(seq 200); do
+    [ -S "$2" ] && return 0
+    kill -0 "$SERVER" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "$(basename "$0"): $1 did not start (see $DIR/server.log)" >&2
+  return 1
+}
+
+# stop_server: SIGTERM the server started last and wait for it.
+stop_server() {
+  kill "$SERVER" 2>/dev/null || true
+  wait "$SERVER" 2>/dev/null || true
+  SERVER=""
+}
+
+# client_value: nbd-fua-client.py's JSON line on stdin -> MB/s for 1 MiB
+# blocks and larger, IOPS otherwise; fails on a client error.
+client_value() {
+  "$PY" -c 'import json, sys
+d = json.load(sys.stdin)
+if "iops" not in d: sys.exit("client: %s" % d)
+print(round(d["iops"] * d["bs"] / 1e6, 1) if d["bs"] >= 1048576 else d["iops"])'
+}
