@@ -32,6 +32,7 @@
 
 #include "block/bitmap.h"
 #include "block/block.h"
+#include "common/bufpool.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -40,7 +41,9 @@
 #include "internal.h"
 #include "names.h"
 
-/* Worker buffers above this size are freed after the request. */
+/* Worker buffers up to this size stay with the worker; larger ones come
+ * from the shared stash (common/bufpool.h) and go back after the request,
+ * so memory stays bounded with many connections. */
 #define WORKER_BUF_KEEP (1u << 20)
 /* Descriptors per BLOCK_STATUS reply (the spec asks for at most 2^20). */
 #define MAX_EXTENTS (1u << 16)
@@ -62,15 +65,34 @@ struct nbd_req {
     char msg[160];
 };
 
+static void worker_buf_release(struct nbd_worker *w)
+{
+    if (w->cap > WORKER_BUF_KEEP) {
+        bufpool_put(w->buf, w->cap);
+    } else {
+        free(w->buf);
+    }
+    w->buf = NULL;
+    w->cap = 0;
+}
+
 static void *worker_buf(struct nbd_worker *w, size_t len)
 {
     if (len > w->cap || !w->buf) { /* a zero-length request needs a buffer too */
         void *p = NULL;
-        size_t cap = ROUND_UP(MAX(len, (size_t)65536), 4096);
-        if (posix_memalign(&p, 4096, cap) != 0) {
+        size_t cap;
+        if (len > WORKER_BUF_KEEP) {
+            p = bufpool_get(len, &cap);
+        } else {
+            cap = ROUND_UP(MAX(len, (size_t)65536), 4096);
+            if (posix_memalign(&p, 4096, cap) != 0) {
+                p = NULL;
+            }
+        }
+        if (!p) {
             return NULL;
         }
-        free(w->buf);
+        worker_buf_release(w);
         w->buf = p;
         w->cap = cap;
     }
@@ -80,9 +102,7 @@ static void *worker_buf(struct nbd_worker *w, size_t len)
 static void worker_buf_trim(struct nbd_worker *w)
 {
     if (w->cap > WORKER_BUF_KEEP) {
-        free(w->buf);
-        w->buf = NULL;
-        w->cap = 0;
+        worker_buf_release(w);
     }
 }
 
@@ -572,7 +592,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
         atomic_fetch_sub(&c->inflight, 1);
         worker_buf_trim(&w);
     }
-    free(w.buf);
+    worker_buf_release(&w);
 }
 
 static void nbd_worker_exit(struct nbd_conn *c)

@@ -221,8 +221,9 @@ EOF
 
 @test "maximum-size requests: memory is per request in flight (threads x 32 MiB) and is returned afterwards" {
     # 2 connections x 4 workers x 32 MiB (the advertised maximum payload)
-    # = 256 MiB at most in request buffers; buffers over 1 MiB are freed
-    # after their request, so RSS comes back down.  Bound: 256 MiB + 64 MiB.
+    # = 256 MiB at most in request buffers; buffers over 1 MiB go back to
+    # a shared stash that keeps at most 32 MiB (common/bufpool.h) and frees
+    # the rest, so RSS comes back down.  Bound: 256 MiB + 64 MiB.
     start_server -t -e 0 --threads=4 "$IMG"
     local rss0
     rss0=$(proc_status "$SERVER_PID" VmRSS)
@@ -236,7 +237,8 @@ EOF
     echo "after: $rss_after KiB" >&2
     if [[ $ASAN_BUILD == 0 ]]; then
         [[ $peak -lt $(((256 + 64) * 1024)) ]]
-        # the large buffers were given back (no 32 MiB buffer kept per worker)
+        # the large buffers were given back (no 32 MiB buffer kept per
+        # worker; the stash holds at most 32 MiB)
         [[ $rss_after -lt $((rss0 + 48 * 1024)) ]]
     fi
     run nbdinfo --size "$URI"

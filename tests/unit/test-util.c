@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/bufpool.h"
 #include "common/histogram.h"
 #include "common/json.h"
 #include "common/util.h"
@@ -165,6 +166,46 @@ static void test_nbd_errno(void)
     CHECK(strcmp(nbd_rep_name(NBD_REP_ERR_UNSUP), "NBD_REP_ERR_UNSUP") == 0);
 }
 
+static void test_bufpool(void)
+{
+    size_t cap1, cap2, cap3;
+    void *a = bufpool_get(2u << 20, &cap1);
+
+    CHECK(a != NULL);
+    CHECK(cap1 >= (2u << 20));
+    CHECK_EQ((uintptr_t)a % 4096, 0);
+    memset(a, 0xab, cap1); /* the whole capacity is usable */
+    bufpool_put(a, cap1);
+    CHECK_EQ(bufpool_idle_bytes(), cap1);
+    /* a request of similar size gets the same buffer back */
+    void *b = bufpool_get((2u << 20) - 100, &cap2);
+    CHECK(b == a);
+    CHECK_EQ(cap2, cap1);
+    CHECK_EQ(bufpool_idle_bytes(), 0);
+    bufpool_put(b, cap2);
+    /* a much smaller request does not tie up a big buffer */
+    void *big = bufpool_get(8u << 20, &cap3);
+    bufpool_put(big, cap3);
+    size_t cap4;
+    void *c = bufpool_get(100, &cap4);
+    CHECK(c != big);
+    CHECK(cap4 >= 100);
+    bufpool_put(c, cap4);
+    /* idle memory stays bounded: buffers beyond the limit are freed */
+    enum { N = BUFPOOL_IDLE_MAX / (4u << 20) + 4 };
+    void *bufs[N];
+    size_t caps[N];
+    for (int i = 0; i < N; i++) {
+        bufs[i] = bufpool_get(4u << 20, &caps[i]);
+        CHECK(bufs[i] != NULL);
+    }
+    for (int i = 0; i < N; i++) {
+        bufpool_put(bufs[i], caps[i]);
+    }
+    CHECK(bufpool_idle_bytes() <= BUFPOOL_IDLE_MAX);
+    bufpool_put(NULL, 0);
+}
+
 int main(void)
 {
     RUN(test_parse_size);
@@ -174,5 +215,6 @@ int main(void)
     RUN(test_histogram);
     RUN(test_json);
     RUN(test_nbd_errno);
+    RUN(test_bufpool);
     return check_exit();
 }
