@@ -82,6 +82,9 @@ struct blk_image_opts {
     const char *protocol; /* NULL: "file" */
     const char *format;   /* NULL: probe */
     enum blk_cache_mode cache;
+    /* With a page-cache mode, read-only: read data the page cache does not
+     * hold with O_DIRECT, for one pass over the image (convert, compare). */
+    bool read_cold_direct;
     enum blk_aio aio;
     bool read_only;
     enum blk_detect_zeroes detect_zeroes;

@@ -30,6 +30,9 @@ struct blk_open_opts {
     bool read_only;
     bool direct;      /* O_DIRECT: bypass the host page cache */
     enum blk_aio aio; /* file driver engine */
+    /* Read-only files: read what the page cache does not hold with
+     * O_DIRECT (one pass over an image; block/file-posix-cold.c). */
+    bool read_cold_direct;
     /* raw format: a window [offset, offset+size) of the child */
     uint64_t offset;
     uint64_t size;

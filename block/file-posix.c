@@ -67,20 +67,25 @@ struct file_state {
     _Atomic bool no_zero_range; /* learnt: fallocate(ZERO_RANGE) unsupported */
     _Atomic bool no_punch_hole; /* learnt: fallocate(PUNCH_HOLE) unsupported */
     bool serial_big_writes;     /* buffered regular file: see the top of the file */
+    struct file_cold cold;      /* read_cold_direct: O_DIRECT for uncached reads */
     pthread_mutex_t big_write_lock;
 };
 
-static int file_probe_dio_alignment(struct blk_node *n, int fd)
+void file_dio_alignment(int fd, uint32_t *offset_align, uint32_t *mem_align)
 {
     struct statx stx;
 
-    n->request_alignment = 4096; /* safe for every device when unknown */
-    n->mem_alignment = 4096;
+    *offset_align = *mem_align = 4096; /* safe for every device when unknown */
     if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
         (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
-        n->request_alignment = MAX(stx.stx_dio_offset_align, 1u);
-        n->mem_alignment = MAX(stx.stx_dio_mem_align, 1u);
+        *offset_align = MAX(stx.stx_dio_offset_align, 1u);
+        *mem_align = MAX(stx.stx_dio_mem_align, 1u);
     }
+}
+
+static int file_probe_dio_alignment(struct blk_node *n, int fd)
+{
+    file_dio_alignment(fd, &n->request_alignment, &n->mem_alignment);
     if (!IS_POW2(n->request_alignment) || !IS_POW2(n->mem_alignment)) {
         return err_setx(EINVAL, "%s: odd direct I/O alignment %u/%u", n->filename,
                         n->request_alignment, n->mem_alignment);
@@ -96,6 +101,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     int r;
 
     s->fd = s->tail_fd = -1;
+    file_cold_init(&s->cold);
     s->direct = opts->direct;
     s->engine = &file_engine_threads;
     if (opts->aio == BLK_AIO_IO_URING) {
@@ -147,6 +153,9 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
             }
         }
     }
+    if (opts->read_cold_direct && opts->read_only && !s->direct) {
+        file_cold_open(&s->cold, opts->filename, s->fd, (uint64_t)s->size);
+    }
     if (file_kernel_has_rwf_dsync() && !debug_block_emulate_fua) {
         n->supported_write_flags = BLK_REQ_FUA;
     }
@@ -159,6 +168,7 @@ static void file_close(struct blk_node *n)
     struct file_state *s = n->opaque;
 
     pthread_mutex_destroy(&s->big_write_lock);
+    file_cold_close(&s->cold);
     if (s->fd >= 0) {
         close(s->fd);
     }
@@ -176,6 +186,7 @@ static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
     r = file_open_fds(n, opts);
     if (r < 0) {
         pthread_mutex_destroy(&s->big_write_lock);
+        file_cold_close(&s->cold);
         /* the generic layer does not call close after a failed open */
         if (s->fd >= 0) {
             close(s->fd);
@@ -217,12 +228,13 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
     struct iovec local[FILE_IOV_MAX], *iov = local;
     uint64_t left = iov_length(iov_in, iovcnt);
     uint64_t pos = off;
+    int fd = file_cold_read(&s->cold, off, iov_in, iovcnt, left) ? s->cold.fd : s->fd;
 
     if (file_iov_copy(local, iov_in, iovcnt) < 0) {
         return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
     }
     while (left > 0) {
-        ssize_t r = s->engine->preadv(s->fd, iov, iovcnt, pos);
+        ssize_t r = s->engine->preadv(fd, iov, iovcnt, pos);
         if (r < 0) {
             return err_set((int)-r, "%s: read at offset %" PRIu64, n->filename, pos);
         }

@@ -2,7 +2,8 @@
  * read the same?  Ranges that read as zeroes in both are never read, so
  * large holes cost nothing.  Exit codes are qemu-img's: 0 identical,
  * 1 different, 2 an image could not be opened, 3 block status failed,
- * 4 a read failed. */
+ * 4 a read failed.  Like convert, a comparison is one pass: by default the
+ * data the page cache does not hold is read with O_DIRECT. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,23 +24,26 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q] IMAGE1 "
-               "IMAGE2\n"
-               "\n"
-               "Compare the contents of two images (files or NBD URIs).\n"
-               "\n"
-               "  -f FMT    format of IMAGE1 (default: probe)\n"
-               "  -F FMT    format of IMAGE2 (default: probe)\n"
-               "  -s        strict: sizes and block status (data, zero, allocated,\n"
-               "            offset) must match too, as qemu-img compare -s\n"
-               "  -p        progress on stderr (percent, rate, time left)\n"
-               "  --progress=json  progress as JSON lines on stderr\n"
-               "  -q        quiet: only the exit status\n" CMD_TLS_HELP "  -h        this help\n"
-               "\n"
-               "Without -s, an image larger than the other is equal if its extra tail reads\n"
-               "as zeroes, and a hole equals written zeroes.\n"
-               "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
-               "4 read failed.  See diskimg-compare(1).\n");
+    fprintf(f,
+            "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q]\n"
+            "                       [-T CACHE] IMAGE1 IMAGE2\n"
+            "\n"
+            "Compare the contents of two images (files or NBD URIs).\n"
+            "\n"
+            "  -f FMT    format of IMAGE1 (default: probe)\n"
+            "  -F FMT    format of IMAGE2 (default: probe)\n"
+            "  -s        strict: sizes and block status (data, zero, allocated,\n"
+            "            offset) must match too, as qemu-img compare -s\n"
+            "  -p        progress on stderr (percent, rate, time left)\n"
+            "  --progress=json  progress as JSON lines on stderr\n"
+            "  -q        quiet: only the exit status\n"
+            "  -T CACHE  cache mode of both images (default: the page cache for data\n"
+            "            it holds, O_DIRECT for the rest)\n" CMD_TLS_HELP "  -h        this help\n"
+            "\n"
+            "Without -s, an image larger than the other is equal if its extra tail reads\n"
+            "as zeroes, and a hole equals written zeroes.\n"
+            "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
+            "4 read failed.  See diskimg-compare(1).\n");
 }
 
 struct cmp {
@@ -130,7 +134,8 @@ static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t
 
 static int compare_run(int argc, char **argv)
 {
-    struct blk_image_opts oa = {.read_only = true}, ob = {.read_only = true};
+    struct blk_image_opts oa = {.read_only = true, .read_cold_direct = true},
+                          ob = {.read_only = true, .read_cold_direct = true};
     struct cmp c = {0};
     uint64_t diff = UINT64_MAX;
     int ch, status = 0, r;
@@ -173,7 +178,13 @@ static int compare_run(int argc, char **argv)
             c.quiet = true;
             break;
         case 'U':
+            break;
         case 'T':
+            if (blk_cache_mode_parse(optarg, &oa.cache) < 0) {
+                return cmd_usage_error("compare", "invalid cache mode '%s'", optarg);
+            }
+            ob.cache = oa.cache;
+            oa.read_cold_direct = ob.read_cold_direct = false;
             break;
         case ':':
             return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
@@ -195,8 +206,9 @@ static int compare_run(int argc, char **argv)
         blk_image_close(c.a);
         return EXIT_CMP_OPEN;
     }
-    c.ba = malloc(CMP_CHUNK);
-    c.bb = malloc(CMP_CHUNK);
+    /* page-aligned, so reads may go straight from the device (O_DIRECT) */
+    c.ba = aligned_alloc(4096, CMP_CHUNK);
+    c.bb = aligned_alloc(4096, CMP_CHUNK);
     uint64_t sa = blk_image_size(c.a), sb = blk_image_size(c.b);
     c.total = MAX(sa, sb);
     cmd_progress_start(&c.progress, progress && !c.quiet, progress_json);

@@ -1,8 +1,17 @@
 /* cmd/convert.c: "diskimg convert", as qemu-img convert: any source to any
  * target among raw, qcow2 and NBD URIs, sparse-aware and parallel (the
  * copy itself is blk_copy in block/copy.c).  Unlike qemu-img, the target
- * is flushed once at the end by default (-t writeback), so a zero exit
- * status means the data is durable; -t unsafe skips that flush. */
+ * is flushed once at the end, so a zero exit status means the data is
+ * durable; -t unsafe skips that flush.
+ *
+ * A conversion reads and writes every byte once, so by default it keeps
+ * out of the host page cache, where that is possible: the target is
+ * written with O_DIRECT (cache=none, the durable result is the same) and
+ * the source's uncached data is read with O_DIRECT (block/
+ * file-posix-cold.c).  Filling the page cache with data nobody reads
+ * again costs a page allocation and a copy per 4 KiB (on a VM with free
+ * page reporting, a host fault too) and evicts what the cache held.
+ * Compressed targets keep the page cache: their writes are not aligned. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -46,9 +55,11 @@ static void convert_usage(FILE *f)
             "  -n                do not create DST: it exists and is at least as large\n"
             "  -S SIZE           zero runs of at least SIZE become holes (default 4k);\n"
             "                    -S 0 writes everything\n"
-            "  -t CACHE          target cache mode (default writeback: one flush at the end;\n"
-            "                    unsafe: no flush; writethrough: every write durable)\n"
-            "  -T CACHE          source cache mode (default writeback)\n"
+            "  -t CACHE          target cache mode; one flush at the end unless unsafe\n"
+            "                    (default none: O_DIRECT, or writeback where the file system\n"
+            "                    refuses O_DIRECT, and writeback with -c)\n"
+            "  -T CACHE          source cache mode (default: the page cache for data it\n"
+            "                    holds, O_DIRECT for the rest)\n"
             "  -W                allow out-of-order writes\n"
             "  -m N              requests in flight, 1 to 64 (default %d)\n"
             "  -B BACKING        give DST this backing file and copy only what SRC's top\n"
@@ -79,6 +90,7 @@ struct convert_opts {
     bool quiet;
     struct cmd_progress progress;
     bool progress_on, progress_json;
+    bool src_cache_set, dst_cache_set; /* -T, -t given */
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -146,11 +158,13 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             if ((r = parse_cache(optarg, &o->dst.cache)) != 0) {
                 return r;
             }
+            o->dst_cache_set = true;
             break;
         case 'T':
             if ((r = parse_cache(optarg, &o->src.cache)) != 0) {
                 return r;
             }
+            o->src_cache_set = true;
             break;
         case 'W':
             o->copy.out_of_order = true;
@@ -252,6 +266,20 @@ static int same_file_check(const char *src, const char *dst)
     return 0;
 }
 
+/* Open the target.  The default cache mode (none) falls back to
+ * writeback where the file system refuses O_DIRECT (tmpfs). */
+static int open_target(struct blk_image **dst, struct convert_opts *o)
+{
+    int r = blk_image_open(dst, &o->dst);
+
+    if (r == -EINVAL && !o->dst_cache_set && o->dst.cache == BLK_CACHE_NONE) {
+        err_clear();
+        o->dst.cache = BLK_CACHE_WRITEBACK;
+        r = blk_image_open(dst, &o->dst);
+    }
+    return r;
+}
+
 static int convert_run(int argc, char **argv)
 {
     struct convert_opts o = {
@@ -274,6 +302,10 @@ static int convert_run(int argc, char **argv)
     if (r) {
         free(o.options);
         return r < 0 ? EXIT_OK : r;
+    }
+    o.src.read_cold_direct = !o.src_cache_set;
+    if (!o.dst_cache_set && !o.copy.compress) {
+        o.dst.cache = BLK_CACHE_NONE;
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -298,7 +330,7 @@ static int convert_run(int argc, char **argv)
         }
         created = true;
     }
-    r = blk_image_open(&dst, &o.dst);
+    r = open_target(&dst, &o);
     if (r < 0) {
         goto out;
     }
