@@ -152,6 +152,11 @@ struct blk_node {
      * is written as zero buffers (1 = one call for the whole range). */
     uint32_t zero_alignment;
     uint32_t mem_alignment; /* buffer addresses and iovec lengths */
+    /* FUA writes longer than this are emulated (write, then a shared
+     * flush) even when FUA is supported: the driver's native FUA is slow
+     * for them (file: a buffered RWF_DSYNC write cannot be split into
+     * pieces).  0: no limit. */
+    uint64_t native_fua_max;
 
     /* See blk_flush() in block/flush.c. */
     _Atomic uint64_t write_gen;

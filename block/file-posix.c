@@ -158,6 +158,10 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     }
     if (file_kernel_has_rwf_dsync() && !debug_block_emulate_fua) {
         n->supported_write_flags = BLK_REQ_FUA;
+        /* Longer buffered FUA writes are written in pieces and flushed by
+         * the generic layer (one RWF_DSYNC write would be one large folio,
+         * see the top of the file). */
+        n->native_fua_max = s->direct ? 0 : FILE_BUFFERED_PIECE;
     }
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
     return 0;
@@ -264,7 +268,8 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struc
         return err_setx(EINVAL, "%s: too many iovec elements", n->filename);
     }
     /* Buffered writes go to the kernel in pieces (see the top of the
-     * file); a FUA write stays whole, so it syncs once. */
+     * file); a FUA write (at most native_fua_max) stays whole, so it syncs
+     * once. */
     uint64_t piece_max = (fd != s->fd || !s->direct) && !rwf ? FILE_BUFFERED_PIECE : UINT64_MAX;
     while (left > 0) {
         struct iovec piece[FILE_IOV_MAX];
@@ -326,7 +331,8 @@ static int file_pwritev(struct blk_node *n, uint64_t off, const struct iovec *io
         }
         return 0;
     }
-    bool serial = s->serial_big_writes && len >= FILE_BIG_WRITE;
+    /* (FUA writes sync after the kernel drops its lock: they overlap.) */
+    bool serial = s->serial_big_writes && len >= FILE_BIG_WRITE && !rwf;
     if (serial) {
         pthread_mutex_lock(&s->big_write_lock);
     }

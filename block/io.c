@@ -2,7 +2,8 @@
  *
  * This is the only place that checks requests (bounds, read-only), masks
  * flags down to what the driver declared, and emulates what it lacks:
- *   - FUA without native support: write, then blk_flush() of this node;
+ *   - FUA without native support, or longer than native_fua_max: write,
+ *     then blk_flush() of this node;
  *   - unaligned requests on nodes that need alignment (O_DIRECT): a bounce
  *     buffer, and read-modify-write of the edge blocks for writes;
  *   - write zeroes the driver cannot do: zero buffers (unless NO_FALLBACK).
@@ -193,6 +194,9 @@ int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 {
     uint64_t len = iov_length(iov, iovcnt);
     unsigned supported = atomic_load_explicit(&n->supported_write_flags, memory_order_relaxed);
+    if (n->native_fua_max && len > n->native_fua_max) {
+        supported &= ~(unsigned)BLK_REQ_FUA;
+    }
     unsigned native = flags & supported;
     unsigned emulated = flags & ~supported;
     int r;

@@ -82,6 +82,7 @@ static int rec_open(struct blk_node *n, const struct blk_open_opts *opts)
     }
     rec_last_data = s->data;
     n->request_alignment = (uint32_t)opt_value(spec, "align", 1);
+    n->native_fua_max = opt_value(spec, "fuamax", 0);
     n->mem_alignment = 1;
     if (opt_value(spec, "fua", 1)) {
         n->supported_write_flags = BLK_REQ_FUA;

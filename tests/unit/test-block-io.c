@@ -87,6 +87,26 @@ static void test_fua_refused_at_run_time(void)
     blk_image_close(img);
 }
 
+static void test_fua_longer_than_native_max(void)
+{
+    struct blk_image *img = open_rec("fua=1,fuamax=8192", BLK_CACHE_WRITEBACK);
+    static char buf[16384] = {1};
+
+    /* up to native_fua_max: native */
+    CHECK_EQ(blk_image_pwrite(img, 0, buf, 8192, BLK_REQ_FUA), 0);
+    CHECK_EQ(writes_with(BLK_REQ_FUA), 1);
+    CHECK_EQ(rec_count(REC_FLUSH), 0);
+    rec_reset();
+    /* longer: written without FUA, then the node is flushed */
+    CHECK_EQ(blk_image_pwrite(img, 0, buf, sizeof buf, BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_count(REC_WRITE), 1);
+    CHECK_EQ(writes_with(BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_count(REC_FLUSH), 1);
+    /* and the node still declares FUA for the short ones */
+    CHECK(blk_node_child(blk_image_root(img))->supported_write_flags & BLK_REQ_FUA);
+    blk_image_close(img);
+}
+
 static void test_writeback_plain_write(void)
 {
     struct blk_image *img = open_rec("fua=1", BLK_CACHE_WRITEBACK);
@@ -436,6 +456,7 @@ int main(void)
     RUN(test_fua_native);
     RUN(test_fua_emulated);
     RUN(test_fua_refused_at_run_time);
+    RUN(test_fua_longer_than_native_max);
     RUN(test_writeback_plain_write);
     RUN(test_writethrough_adds_fua);
     RUN(test_unsafe_drops_flushes);
