@@ -22,21 +22,20 @@ static size_t pool_bytes;          /* under pool_lock */
 void *bufpool_get(size_t len, size_t *cap)
 {
     size_t want = ROUND_UP(MAX(len, (size_t)1), (size_t)BUFPOOL_GRAIN);
-    struct idle_buf **pp, *hit = NULL;
+    struct idle_buf **pp, **hitp = NULL, *hit = NULL;
     void *p = NULL;
 
     pthread_mutex_lock(&pool_lock);
     /* The smallest idle buffer that fits, but not one more than twice the
      * size: a 32 MiB buffer is not tied up by a 1 MiB request. */
     for (pp = &pool_head; *pp; pp = &(*pp)->next) {
-        if ((*pp)->cap >= want && (*pp)->cap <= 2 * want && (!hit || (*pp)->cap < hit->cap)) {
-            hit = *pp;
+        if ((*pp)->cap >= want && (*pp)->cap <= 2 * want && (!hitp || (*pp)->cap < (*hitp)->cap)) {
+            hitp = pp;
         }
     }
-    if (hit) {
-        for (pp = &pool_head; *pp != hit; pp = &(*pp)->next) {
-        }
-        *pp = hit->next;
+    if (hitp) {
+        hit = *hitp;
+        *hitp = hit->next;
         pool_bytes -= hit->cap;
     }
     pthread_mutex_unlock(&pool_lock);
