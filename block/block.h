@@ -82,9 +82,10 @@ struct blk_image_opts {
     const char *protocol; /* NULL: "file" */
     const char *format;   /* NULL: probe */
     enum blk_cache_mode cache;
-    /* With a page-cache mode, read-only: read data the page cache does not
-     * hold with O_DIRECT, for one pass over the image (convert, compare). */
-    bool read_cold_direct;
+    /* With a page-cache mode: one pass over the image (convert, compare),
+     * so what it reads cold and what it writes leaves the page cache as
+     * it goes (block/file-posix-stream.c). */
+    bool stream;
     enum blk_aio aio;
     bool read_only;
     enum blk_detect_zeroes detect_zeroes;

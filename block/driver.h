@@ -30,9 +30,9 @@ struct blk_open_opts {
     bool read_only;
     bool direct;      /* O_DIRECT: bypass the host page cache */
     enum blk_aio aio; /* file driver engine */
-    /* Read-only files: read what the page cache does not hold with
-     * O_DIRECT (one pass over an image; block/file-posix-cold.c). */
-    bool read_cold_direct;
+    /* One pass over the image (convert, compare): give page-cache pages
+     * back as it goes (block/file-posix-stream.c). */
+    bool stream;
     /* raw format: a window [offset, offset+size) of the child */
     uint64_t offset;
     uint64_t size;

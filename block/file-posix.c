@@ -67,25 +67,21 @@ struct file_state {
     _Atomic bool no_zero_range; /* learnt: fallocate(ZERO_RANGE) unsupported */
     _Atomic bool no_punch_hole; /* learnt: fallocate(PUNCH_HOLE) unsupported */
     bool serial_big_writes;     /* buffered regular file: see the top of the file */
-    struct file_cold cold;      /* read_cold_direct: O_DIRECT for uncached reads */
+    struct file_stream stream;  /* opts->stream (file-posix-stream.c) */
     pthread_mutex_t big_write_lock;
 };
 
-void file_dio_alignment(int fd, uint32_t *offset_align, uint32_t *mem_align)
+static int file_probe_dio_alignment(struct blk_node *n, int fd)
 {
     struct statx stx;
 
-    *offset_align = *mem_align = 4096; /* safe for every device when unknown */
+    n->request_alignment = 4096; /* safe for every device when unknown */
+    n->mem_alignment = 4096;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
         (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
-        *offset_align = MAX(stx.stx_dio_offset_align, 1u);
-        *mem_align = MAX(stx.stx_dio_mem_align, 1u);
+        n->request_alignment = MAX(stx.stx_dio_offset_align, 1u);
+        n->mem_alignment = MAX(stx.stx_dio_mem_align, 1u);
     }
-}
-
-static int file_probe_dio_alignment(struct blk_node *n, int fd)
-{
-    file_dio_alignment(fd, &n->request_alignment, &n->mem_alignment);
     if (!IS_POW2(n->request_alignment) || !IS_POW2(n->mem_alignment)) {
         return err_setx(EINVAL, "%s: odd direct I/O alignment %u/%u", n->filename,
                         n->request_alignment, n->mem_alignment);
@@ -101,7 +97,6 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     int r;
 
     s->fd = s->tail_fd = -1;
-    file_cold_init(&s->cold);
     s->direct = opts->direct;
     s->engine = &file_engine_threads;
     if (opts->aio == BLK_AIO_IO_URING) {
@@ -153,9 +148,6 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
             }
         }
     }
-    if (opts->read_cold_direct && opts->read_only && !s->direct) {
-        file_cold_open(&s->cold, opts->filename, s->fd, (uint64_t)s->size);
-    }
     if (file_kernel_has_rwf_dsync() && !debug_block_emulate_fua) {
         n->supported_write_flags = BLK_REQ_FUA;
         /* Longer buffered FUA writes are written in pieces and flushed by
@@ -172,7 +164,7 @@ static void file_close(struct blk_node *n)
     struct file_state *s = n->opaque;
 
     pthread_mutex_destroy(&s->big_write_lock);
-    file_cold_close(&s->cold);
+    file_stream_destroy(&s->stream);
     if (s->fd >= 0) {
         close(s->fd);
     }
@@ -187,10 +179,12 @@ static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
     int r;
 
     pthread_mutex_init(&s->big_write_lock, NULL);
+    /* Streaming is for the page cache; O_DIRECT has nothing to give back. */
+    file_stream_init(&s->stream, opts->stream && !opts->direct);
     r = file_open_fds(n, opts);
     if (r < 0) {
         pthread_mutex_destroy(&s->big_write_lock);
-        file_cold_close(&s->cold);
+        file_stream_destroy(&s->stream);
         /* the generic layer does not call close after a failed open */
         if (s->fd >= 0) {
             close(s->fd);
@@ -230,15 +224,22 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
 {
     struct file_state *s = n->opaque;
     struct iovec local[FILE_IOV_MAX], *iov = local;
-    uint64_t left = iov_length(iov_in, iovcnt);
+    uint64_t len = iov_length(iov_in, iovcnt), left = len;
     uint64_t pos = off;
-    int fd = file_cold_read(&s->cold, off, iov_in, iovcnt, left) ? s->cold.fd : s->fd;
 
     if (file_iov_copy(local, iov_in, iovcnt) < 0) {
         return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
     }
+    /* (what the file holds of the range: a read that stops at its end was
+     * not missing anything) */
+    int64_t size = atomic_load(&s->size);
+    uint64_t in_file = (int64_t)off < size ? MIN(len, (uint64_t)size - off) : 0;
+    ssize_t cached = file_stream_read_cached(&s->stream, s->fd, iov, iovcnt, off, in_file);
+    file_advance(&iov, &iovcnt, (size_t)cached);
+    pos += (uint64_t)cached;
+    left -= (uint64_t)cached;
     while (left > 0) {
-        ssize_t r = s->engine->preadv(fd, iov, iovcnt, pos);
+        ssize_t r = s->engine->preadv(s->fd, iov, iovcnt, pos);
         if (r < 0) {
             return err_set((int)-r, "%s: read at offset %" PRIu64, n->filename, pos);
         }
@@ -246,12 +247,13 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
             /* End of file: what lies beyond reads as zeroes. */
             file_advance(&iov, &iovcnt, (size_t)r);
             iov_memset(iov, iovcnt, 0, 0, left - (uint64_t)r);
-            return 0;
+            break;
         }
         file_advance(&iov, &iovcnt, (size_t)r);
         pos += (uint64_t)r;
         left -= (uint64_t)r;
     }
+    file_stream_read_done(&s->stream, s->fd, off, len);
     return 0;
 }
 
@@ -339,6 +341,9 @@ static int file_pwritev(struct blk_node *n, uint64_t off, const struct iovec *io
     r = file_write_loop(n, s->fd, off, local, iovcnt, len, rwf);
     if (serial) {
         pthread_mutex_unlock(&s->big_write_lock);
+    }
+    if (r == 0) {
+        file_stream_write_done(&s->stream, s->fd, off, len);
     }
     if (r == 0 && n->growable) {
         int64_t end = (int64_t)(off + len);
@@ -452,6 +457,7 @@ static int file_flush(struct blk_node *n)
     if (r < 0) {
         return err_set(-r, "%s: fdatasync", n->filename);
     }
+    file_stream_flushed(&s->stream, s->fd);
     return 0;
 }
 

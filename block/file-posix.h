@@ -6,6 +6,7 @@
 #ifndef DISKIMG_BLOCK_FILE_POSIX_H
 #define DISKIMG_BLOCK_FILE_POSIX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -26,26 +27,30 @@ extern const struct file_engine file_engine_threads;
 extern const struct file_engine file_engine_uring;
 #endif
 
-/* Direct I/O alignment of fd (statx STATX_DIOALIGN; 4096 when unknown). */
-void file_dio_alignment(int fd, uint32_t *offset_align, uint32_t *mem_align);
-
-/* Cold reads (file-posix-cold.c): a second, O_DIRECT descriptor for reads
- * of data the page cache does not hold.  fd is -1 when unused. */
-struct file_cold {
-    int fd;
-    uint32_t offset_align, mem_align;
-    uint64_t direct_end; /* reads below this may go direct */
-    void *map;           /* PROT_READ mapping for mincore(), never touched */
-    size_t map_len;
+/* Streaming (file-posix-stream.c): one pass over the file through the
+ * page cache, giving pages back as it goes. */
+#define FILE_STREAM_LAG 16 /* writes in writeback before the oldest is dropped */
+struct file_stream_range {
+    uint64_t off, len;
 };
-void file_cold_init(struct file_cold *c);
-/* Set up for a file of size bytes open as buffered_fd; on any failure
- * (no O_DIRECT, no mapping) c stays unused and reads go through the cache. */
-void file_cold_open(struct file_cold *c, const char *filename, int buffered_fd, uint64_t size);
-void file_cold_close(struct file_cold *c);
-/* Should this read go to c->fd: large, aligned, and not wholly cached? */
-bool file_cold_read(const struct file_cold *c, uint64_t off, const struct iovec *iov, int iovcnt,
-                    uint64_t len);
+struct file_stream {
+    bool enabled;
+    _Atomic bool drop_reads; /* a read found data missing from the cache */
+    pthread_mutex_t lock;
+    struct file_stream_range ring[FILE_STREAM_LAG]; /* writes not dropped yet, oldest at head */
+    unsigned head, count;                           /* under lock */
+};
+void file_stream_init(struct file_stream *st, bool enabled);
+void file_stream_destroy(struct file_stream *st);
+/* Read what the page cache holds of [off, off+len) without waiting for
+ * the device: bytes read (0 when not streaming, or nothing was cached). */
+ssize_t file_stream_read_cached(struct file_stream *st, int fd, const struct iovec *iov, int iovcnt,
+                                uint64_t off, uint64_t len);
+/* After a read or a write of [off, off+len) completed. */
+void file_stream_read_done(struct file_stream *st, int fd, uint64_t off, uint64_t len);
+void file_stream_write_done(struct file_stream *st, int fd, uint64_t off, uint64_t len);
+/* After a successful flush (fdatasync) of the file. */
+void file_stream_flushed(struct file_stream *st, int fd);
 
 /* Does the running kernel accept RWF_DSYNC on writes (Linux >= 4.7)?
  * Probed once, on a pipe, so no image is written to find out. */

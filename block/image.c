@@ -33,7 +33,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .filename = opts->filename,
         .read_only = opts->read_only || opts->snapshot,
         .direct = blk_cache_mode_direct(opts->cache),
-        .read_cold_direct = opts->read_cold_direct,
+        .stream = opts->stream,
         .aio = opts->aio,
         .offset = opts->offset,
         .size = opts->size,

@@ -2,8 +2,8 @@
  * read the same?  Ranges that read as zeroes in both are never read, so
  * large holes cost nothing.  Exit codes are qemu-img's: 0 identical,
  * 1 different, 2 an image could not be opened, 3 block status failed,
- * 4 a read failed.  Like convert, a comparison is one pass: by default the
- * data the page cache does not hold is read with O_DIRECT. */
+ * 4 a read failed.  Like convert, a comparison is one pass: by default
+ * both images stream (what is read cold leaves the page cache again). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,8 +37,8 @@ static void compare_usage(FILE *f)
             "  -p        progress on stderr (percent, rate, time left)\n"
             "  --progress=json  progress as JSON lines on stderr\n"
             "  -q        quiet: only the exit status\n"
-            "  -T CACHE  cache mode of both images (default: the page cache for data\n"
-            "            it holds, O_DIRECT for the rest)\n" CMD_TLS_HELP "  -h        this help\n"
+            "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
+            "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP "  -h        this help\n"
             "\n"
             "Without -s, an image larger than the other is equal if its extra tail reads\n"
             "as zeroes, and a hole equals written zeroes.\n"
@@ -134,8 +134,8 @@ static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t
 
 static int compare_run(int argc, char **argv)
 {
-    struct blk_image_opts oa = {.read_only = true, .read_cold_direct = true},
-                          ob = {.read_only = true, .read_cold_direct = true};
+    struct blk_image_opts oa = {.read_only = true, .stream = true},
+                          ob = {.read_only = true, .stream = true};
     struct cmp c = {0};
     uint64_t diff = UINT64_MAX;
     int ch, status = 0, r;
@@ -184,7 +184,7 @@ static int compare_run(int argc, char **argv)
                 return cmd_usage_error("compare", "invalid cache mode '%s'", optarg);
             }
             ob.cache = oa.cache;
-            oa.read_cold_direct = ob.read_cold_direct = false;
+            oa.stream = ob.stream = false;
             break;
         case ':':
             return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
@@ -206,7 +206,7 @@ static int compare_run(int argc, char **argv)
         blk_image_close(c.a);
         return EXIT_CMP_OPEN;
     }
-    /* page-aligned, so reads may go straight from the device (O_DIRECT) */
+    /* page-aligned for -T none (O_DIRECT) */
     c.ba = aligned_alloc(4096, CMP_CHUNK);
     c.bb = aligned_alloc(4096, CMP_CHUNK);
     uint64_t sa = blk_image_size(c.a), sb = blk_image_size(c.b);

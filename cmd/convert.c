@@ -4,14 +4,12 @@
  * is flushed once at the end, so a zero exit status means the data is
  * durable; -t unsafe skips that flush.
  *
- * A conversion reads and writes every byte once, so by default it keeps
- * out of the host page cache, where that is possible: the target is
- * written with O_DIRECT (cache=none, the durable result is the same) and
- * the source's uncached data is read with O_DIRECT (block/
- * file-posix-cold.c).  Filling the page cache with data nobody reads
- * again costs a page allocation and a copy per 4 KiB (on a VM with free
- * page reporting, a host fault too) and evicts what the cache held.
- * Compressed targets keep the page cache: their writes are not aligned. */
+ * A conversion reads and writes every byte once, so by default (no -t,
+ * no -T) both images stream through the page cache: what is read cold
+ * and what is written is given back as it goes, writeback starts at once
+ * (block/file-posix-stream.c).  The page cache neither fills with data
+ * nobody reads again nor needs fresh pages for it, and the final flush
+ * has little left to write. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -56,10 +54,10 @@ static void convert_usage(FILE *f)
             "  -S SIZE           zero runs of at least SIZE become holes (default 4k);\n"
             "                    -S 0 writes everything\n"
             "  -t CACHE          target cache mode; one flush at the end unless unsafe\n"
-            "                    (default none: O_DIRECT, or writeback where the file system\n"
-            "                    refuses O_DIRECT, and writeback with -c)\n"
-            "  -T CACHE          source cache mode (default: the page cache for data it\n"
-            "                    holds, O_DIRECT for the rest)\n"
+            "                    (default: writeback, streaming: written pages leave the\n"
+            "                    page cache as soon as they are on disk)\n"
+            "  -T CACHE          source cache mode (default: writeback, streaming: data\n"
+            "                    read into the page cache leaves it once read)\n"
             "  -W                allow out-of-order writes\n"
             "  -m N              requests in flight, 1 to 64 (default %d)\n"
             "  -B BACKING        give DST this backing file and copy only what SRC's top\n"
@@ -266,20 +264,6 @@ static int same_file_check(const char *src, const char *dst)
     return 0;
 }
 
-/* Open the target.  The default cache mode (none) falls back to
- * writeback where the file system refuses O_DIRECT (tmpfs). */
-static int open_target(struct blk_image **dst, struct convert_opts *o)
-{
-    int r = blk_image_open(dst, &o->dst);
-
-    if (r == -EINVAL && !o->dst_cache_set && o->dst.cache == BLK_CACHE_NONE) {
-        err_clear();
-        o->dst.cache = BLK_CACHE_WRITEBACK;
-        r = blk_image_open(dst, &o->dst);
-    }
-    return r;
-}
-
 static int convert_run(int argc, char **argv)
 {
     struct convert_opts o = {
@@ -303,10 +287,8 @@ static int convert_run(int argc, char **argv)
         free(o.options);
         return r < 0 ? EXIT_OK : r;
     }
-    o.src.read_cold_direct = !o.src_cache_set;
-    if (!o.dst_cache_set && !o.copy.compress) {
-        o.dst.cache = BLK_CACHE_NONE;
-    }
+    o.src.stream = !o.src_cache_set;
+    o.dst.stream = !o.dst_cache_set;
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -330,7 +312,7 @@ static int convert_run(int argc, char **argv)
         }
         created = true;
     }
-    r = open_target(&dst, &o);
+    r = blk_image_open(&dst, &o.dst);
     if (r < 0) {
         goto out;
     }

@@ -560,7 +560,7 @@ static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
         .filename = path,
         .read_only = true,
         .direct = opts->direct,
-        .read_cold_direct = opts->read_cold_direct,
+        .stream = opts->stream,
         .aio = opts->aio,
         .no_flush = opts->no_flush,
         .depth = opts->depth + 1,

@@ -2,7 +2,7 @@
  * with O_DIRECT fail with EINVAL, as on a file system without direct I/O
  * (tmpfs before Linux 6.6), so the fallbacks for it can be tested on any
  * machine.  Test-only; never linked into diskimg. */
-/* Both open and open64 are defined here, so neither may be renamed. */
+/* open and open64 are both defined here, so neither may be renamed. */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,32 +12,27 @@
 
 typedef int (*open_fn)(const char *, int, ...);
 
-static int refuse_or_open(const char *name, const char *path, int flags, va_list ap)
+int open(const char *path, int flags, ...)
 {
-    open_fn real = (open_fn)dlsym(RTLD_NEXT, name);
-    mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+    static open_fn real;
+    mode_t mode = 0;
 
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
     if (flags & O_DIRECT) {
         errno = EINVAL;
         return -1;
     }
+    if (!real) {
+        real = (open_fn)dlsym(RTLD_NEXT, "open");
+    }
     return real(path, flags, mode);
 }
 
-int open(const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    int r = refuse_or_open("open", path, flags, ap);
-    va_end(ap);
-    return r;
-}
-
-int open64(const char *path, int flags, ...)
-{
-    va_list ap;
-    va_start(ap, flags);
-    int r = refuse_or_open("open64", path, flags, ap);
-    va_end(ap);
-    return r;
-}
+/* On 64-bit glibc open64 is open; programs built with large-file
+ * offsets call it by this name. */
+int open64(const char *path, int flags, ...) __attribute__((alias("open")));
