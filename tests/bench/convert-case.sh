@@ -17,6 +17,8 @@
 #                                serving a fresh sparse raw DST (issue 4's seed)
 #   seed-qemu-writeback        qemu-img convert -f raw -O raw -T none -W SRC URI
 #   seed-qemu-writethrough       into qemu-nbd --cache=writeback|writethrough
+#   seed-qemu-nbdkit           the same qemu-img command into nbdkit file
+#   seed-nbdcopy-nbdkit        nbdcopy --flush SRC URI into nbdkit file
 #   qcow2-diskimg              SRC qcow2: diskimg convert -f qcow2 -O raw -T none -W into
 #                                diskimg serve (writeback) of a raw DST
 #   qcow2-qemu                 SRC qcow2: qemu-img convert -f qcow2 -O raw -T none -W
@@ -73,6 +75,15 @@ case $CASE in
     fresh_target
     serve qemu-nbd -t -f raw --cache="${CASE#seed-qemu-}" -k "$SOCK" "$DST"
     qemu-img convert -f raw -O raw -T none -W "$SRC" "$URI"
+    stop ;;
+  seed-qemu-nbdkit | seed-nbdcopy-nbdkit)
+    fresh_target
+    serve nbdkit -f -U "$SOCK" file "$DST"
+    if [ "$CASE" = seed-qemu-nbdkit ]; then
+      qemu-img convert -f raw -O raw -T none -W "$SRC" "$URI"
+    else
+      nbdcopy --flush "$SRC" "$URI"
+    fi
     stop ;;
   qcow2-diskimg)
     fresh_target
