@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -112,23 +113,22 @@ void file_stream_write_done(struct file_stream *st, int fd, uint64_t off, uint64
 
 void file_stream_flushed(struct file_stream *st, int fd)
 {
-    struct file_stream_range r;
+    struct file_stream_range ring[FILE_STREAM_LAG];
+    unsigned head, count;
 
     if (!st->enabled) {
         return;
     }
     /* Everything written before the flush is clean now: drop what the
      * ring still holds. */
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        if (st->count == 0) {
-            pthread_mutex_unlock(&st->lock);
-            return;
-        }
-        r = st->ring[st->head];
-        st->head = (st->head + 1) % FILE_STREAM_LAG;
-        st->count--;
-        pthread_mutex_unlock(&st->lock);
-        (void)posix_fadvise(fd, (off_t)r.off, (off_t)r.len, POSIX_FADV_DONTNEED);
+    pthread_mutex_lock(&st->lock);
+    memcpy(ring, st->ring, sizeof ring);
+    head = st->head;
+    count = st->count;
+    st->head = st->count = 0;
+    pthread_mutex_unlock(&st->lock);
+    for (unsigned i = 0; i < count; i++) {
+        const struct file_stream_range *r = &ring[(head + i) % FILE_STREAM_LAG];
+        (void)posix_fadvise(fd, (off_t)r->off, (off_t)r->len, POSIX_FADV_DONTNEED);
     }
 }

@@ -88,7 +88,6 @@ struct convert_opts {
     bool quiet;
     struct cmd_progress progress;
     bool progress_on, progress_json;
-    bool src_cache_set, dst_cache_set; /* -T, -t given */
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -156,13 +155,13 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             if ((r = parse_cache(optarg, &o->dst.cache)) != 0) {
                 return r;
             }
-            o->dst_cache_set = true;
+            o->dst.stream = false; /* a mode asked for: exactly that mode */
             break;
         case 'T':
             if ((r = parse_cache(optarg, &o->src.cache)) != 0) {
                 return r;
             }
-            o->src_cache_set = true;
+            o->src.stream = false;
             break;
         case 'W':
             o->copy.out_of_order = true;
@@ -269,8 +268,10 @@ static int convert_run(int argc, char **argv)
     struct convert_opts o = {
         .src = {.read_only = true,
                 .cache = BLK_CACHE_WRITEBACK,
+                .stream = true,
                 .nbd_connections = CMD_NBD_CONNECTIONS},
         .dst = {.cache = BLK_CACHE_WRITEBACK,
+                .stream = true,
                 .discard = BLK_DISCARD_UNMAP,
                 .nbd_connections = CMD_NBD_CONNECTIONS},
         .create = {.format = "raw"},
@@ -287,8 +288,6 @@ static int convert_run(int argc, char **argv)
         free(o.options);
         return r < 0 ? EXIT_OK : r;
     }
-    o.src.stream = !o.src_cache_set;
-    o.dst.stream = !o.dst_cache_set;
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
