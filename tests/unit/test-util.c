@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "common/bufpool.h"
+#include "common/escape.h"
 #include "common/histogram.h"
 #include "common/json.h"
 #include "common/util.h"
@@ -206,6 +207,51 @@ static void test_bufpool(void)
     bufpool_put(NULL, 0);
 }
 
+static void test_escape(void)
+{
+    static const struct {
+        const char *in, *out;
+    } rows[] = {
+        {"plain name", "plain name"},
+        {"", ""},
+        {"tab\there", "tab\\x09here"},
+        {"\x1b[2Jcls", "\\x1b[2Jcls"},
+        {"back\\slash", "back\\\\slash"},
+        {"del\x7f", "del\\x7f"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"c1 \xc2\x9b csi", "c1 \\xc2\\x9b csi"},       /* U+009B */
+        {"cut \xe2\x82", "cut \\xe2\\x82"},             /* truncated sequence */
+        {"lone \x80 cont", "lone \\x80 cont"},
+        {"overlong \xc0\xaf", "overlong \\xc0\\xaf"},
+        {"overlong3 \xe0\x80\xaf", "overlong3 \\xe0\\x80\\xaf"},
+        {"surrogate \xed\xa0\x80", "surrogate \\xed\\xa0\\x80"},
+        {"too big \xf4\x90\x80\x80", "too big \\xf4\\x90\\x80\\x80"},
+        {"nl\nforged log line", "nl\\x0aforged log line"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char *e = str_escape(rows[i].in);
+        CHECK(e && strcmp(e, rows[i].out) == 0);
+        if (e && strcmp(e, rows[i].out) != 0) {
+            fprintf(stderr, "  row %zu: got '%s'\n", i, e);
+        }
+        CHECK_EQ(str_is_printable(rows[i].in), strcmp(rows[i].in, rows[i].out) == 0);
+        CHECK_EQ(str_escape_buf(NULL, 0, rows[i].in), strlen(rows[i].out));
+        free(e);
+    }
+    char *n = str_escape(NULL);
+    CHECK(n && strcmp(n, "(null)") == 0);
+    free(n);
+
+    /* A short buffer holds a prefix of whole pieces, never half an escape. */
+    char buf[8];
+    CHECK_EQ(str_escape_buf(buf, sizeof buf, "ab\x1b" "cdef"), 10);
+    CHECK(strcmp(buf, "ab\\x1bc") == 0);
+    CHECK_EQ(str_escape_buf(buf, 5, "ab\x1b" "cdef"), 10);
+    CHECK(strcmp(buf, "ab") == 0);
+    CHECK_EQ(str_escape_buf(buf, 1, "abc"), 3);
+    CHECK(buf[0] == '\0');
+}
+
 int main(void)
 {
     RUN(test_parse_size);
@@ -216,5 +262,6 @@ int main(void)
     RUN(test_json);
     RUN(test_nbd_errno);
     RUN(test_bufpool);
+    RUN(test_escape);
     return check_exit();
 }
