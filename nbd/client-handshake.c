@@ -170,6 +170,8 @@ static int recv_reply(struct hs *h, uint32_t opt, uint32_t *type, uint8_t **data
     int r = hs_recv(h, &rep, sizeof rep);
 
     *data = NULL;
+    *type = 0;
+    *len = 0;
     if (r < 0) {
         return r;
     }
@@ -240,13 +242,14 @@ static int negotiate_go(struct hs *h, const struct nbd_uri *u, struct nbd_client
     be16 = htobe16(NBD_INFO_BLOCK_SIZE);
     memcpy(req + 6 + namelen, &be16, 2);
     r = send_option(h, NBD_OPT_GO, req, 8 + namelen);
+    if (r < 0) {
+        return r;
+    }
     for (;;) {
         uint32_t type, len;
         CLEANUP_FREE uint8_t *d = NULL;
 
-        if (r == 0) {
-            r = recv_reply(h, NBD_OPT_GO, &type, &d, &len);
-        }
+        r = recv_reply(h, NBD_OPT_GO, &type, &d, &len);
         if (r < 0) {
             return r;
         }
