@@ -24,26 +24,26 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q]\n"
-            "                       [-T CACHE] IMAGE1 IMAGE2\n"
-            "\n"
-            "Compare the contents of two images (files or NBD URIs).\n"
-            "\n"
-            "  -f FMT    format of IMAGE1 (default: probe)\n"
-            "  -F FMT    format of IMAGE2 (default: probe)\n"
-            "  -s        strict: sizes and block status (data, zero, allocated,\n"
-            "            offset) must match too, as qemu-img compare -s\n"
-            "  -p        progress on stderr (percent, rate, time left)\n"
-            "  --progress=json  progress as JSON lines on stderr\n"
-            "  -q        quiet: only the exit status\n"
-            "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
-            "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP "  -h        this help\n"
-            "\n"
-            "Without -s, an image larger than the other is equal if its extra tail reads\n"
-            "as zeroes, and a hole equals written zeroes.\n"
-            "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
-            "4 read failed.  See diskimg-compare(1).\n");
+    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q]\n"
+               "                       [-T CACHE] IMAGE1 IMAGE2\n"
+               "\n"
+               "Compare the contents of two images (files or NBD URIs).\n"
+               "\n"
+               "  -f FMT    format of IMAGE1 (default: probe)\n"
+               "  -F FMT    format of IMAGE2 (default: probe)\n"
+               "  -s        strict: sizes and block status (data, zero, allocated,\n"
+               "            offset) must match too, as qemu-img compare -s\n"
+               "  -p        progress on stderr (percent, rate, time left)\n"
+               "  --progress=json  progress as JSON lines on stderr\n"
+               "  -q        quiet: only the exit status\n"
+               "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
+               "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP
+               "  -h        this help\n"
+               "\n"
+               "Without -s, an image larger than the other is equal if its extra tail reads\n"
+               "as zeroes, and a hole equals written zeroes.\n"
+               "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
+               "4 read failed.  See diskimg-compare(1).\n");
 }
 
 struct cmp {

@@ -10,35 +10,35 @@
 extern int check_failures;
 extern const char *check_current;
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: check failed: %s\n", __FILE__, __LINE__,       \
-                    check_current, #cond);                                             \
-            check_failures++;                                                          \
-        }                                                                              \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: %s: check failed: %s\n", __FILE__, __LINE__, check_current,    \
+                    #cond);                                                                        \
+            check_failures++;                                                                      \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ(a, b)                                                                 \
-    do {                                                                               \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                          \
-        if (va_ != vb_) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s == %s failed: %lld != %lld\n", __FILE__,    \
-                    __LINE__, check_current, #a, #b, va_, vb_);                        \
-            check_failures++;                                                          \
-        }                                                                              \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
+        if (va_ != vb_) {                                                                          \
+            fprintf(stderr, "%s:%d: %s: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__,      \
+                    check_current, #a, #b, va_, vb_);                                              \
+            check_failures++;                                                                      \
+        }                                                                                          \
     } while (0)
 
-#define RUN(test)                                                                      \
-    do {                                                                               \
-        check_current = #test;                                                         \
-        int before_ = check_failures;                                                  \
-        test();                                                                        \
-        printf("%s %s\n", check_failures == before_ ? "ok  " : "FAIL", #test);         \
+#define RUN(test)                                                                                  \
+    do {                                                                                           \
+        check_current = #test;                                                                     \
+        int before_ = check_failures;                                                              \
+        test();                                                                                    \
+        printf("%s %s\n", check_failures == before_ ? "ok  " : "FAIL", #test);                     \
     } while (0)
 
-#define CHECK_GLOBALS                                                                  \
-    int check_failures;                                                                \
+#define CHECK_GLOBALS                                                                              \
+    int check_failures;                                                                            \
     const char *check_current = "";
 
 static inline int check_exit(void)

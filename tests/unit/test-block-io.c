@@ -170,7 +170,9 @@ static void test_unsafe_drops_flushes(void)
 
 static void test_detect_zeroes_unmap_needs_discard(void)
 {
-    struct blk_image_opts o = {.filename = "", .protocol = "rec", .format = "raw",
+    struct blk_image_opts o = {.filename = "",
+                               .protocol = "rec",
+                               .format = "raw",
                                .detect_zeroes = BLK_DETECT_ZEROES_UNMAP,
                                .discard = BLK_DISCARD_IGNORE};
     struct blk_image *img = NULL;
@@ -248,8 +250,8 @@ static void test_bounds_and_read_only(void)
     CHECK_EQ(blk_image_pwrite(img, 65536, buf, 0, 0), 0);
     blk_image_close(img);
 
-    struct blk_image_opts o = {.filename = "size=65536", .protocol = "rec", .format = "raw",
-                               .read_only = true};
+    struct blk_image_opts o = {
+        .filename = "size=65536", .protocol = "rec", .format = "raw", .read_only = true};
     CHECK_EQ(blk_image_open(&img, &o), 0);
     rec_reset();
     CHECK_EQ(blk_image_pwrite(img, 0, buf, 512, 0), -EPERM);
@@ -262,8 +264,8 @@ static void test_bounds_and_read_only(void)
 
 static void test_discard_policy(void)
 {
-    struct blk_image_opts o = {.filename = "", .protocol = "rec", .format = "raw",
-                               .discard = BLK_DISCARD_IGNORE};
+    struct blk_image_opts o = {
+        .filename = "", .protocol = "rec", .format = "raw", .discard = BLK_DISCARD_IGNORE};
     struct blk_image *img = NULL;
 
     CHECK_EQ(blk_image_open(&img, &o), 0);
@@ -282,7 +284,9 @@ static void test_discard_policy(void)
 
 static void test_detect_zeroes(void)
 {
-    struct blk_image_opts o = {.filename = "", .protocol = "rec", .format = "raw",
+    struct blk_image_opts o = {.filename = "",
+                               .protocol = "rec",
+                               .format = "raw",
                                .detect_zeroes = BLK_DETECT_ZEROES_ON,
                                .discard = BLK_DISCARD_UNMAP};
     struct blk_image *img = NULL;
@@ -434,8 +438,12 @@ static void test_concurrent_fua_share_flushes(void)
 
 static void test_raw_window(void)
 {
-    struct blk_image_opts o = {.filename = "size=65536", .protocol = "rec", .format = "raw",
-                               .offset = 4096, .size = 8192, .size_set = true};
+    struct blk_image_opts o = {.filename = "size=65536",
+                               .protocol = "rec",
+                               .format = "raw",
+                               .offset = 4096,
+                               .size = 8192,
+                               .size_set = true};
     struct blk_image *img = NULL;
     char buf[512] = {7};
 

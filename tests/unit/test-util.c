@@ -219,8 +219,8 @@ static void test_escape(void)
         {"back\\slash", "back\\\\slash"},
         {"del\x7f", "del\\x7f"},
         {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
-        {"c1 \xc2\x9b csi", "c1 \\xc2\\x9b csi"},       /* U+009B */
-        {"cut \xe2\x82", "cut \\xe2\\x82"},             /* truncated sequence */
+        {"c1 \xc2\x9b csi", "c1 \\xc2\\x9b csi"}, /* U+009B */
+        {"cut \xe2\x82", "cut \\xe2\\x82"},       /* truncated sequence */
         {"lone \x80 cont", "lone \\x80 cont"},
         {"overlong \xc0\xaf", "overlong \\xc0\\xaf"},
         {"overlong3 \xe0\x80\xaf", "overlong3 \\xe0\\x80\\xaf"},
@@ -244,9 +244,15 @@ static void test_escape(void)
 
     /* A short buffer holds a prefix of whole pieces, never half an escape. */
     char buf[8];
-    CHECK_EQ(str_escape_buf(buf, sizeof buf, "ab\x1b" "cdef"), 10);
+    CHECK_EQ(str_escape_buf(buf, sizeof buf,
+                            "ab\x1b"
+                            "cdef"),
+             10);
     CHECK(strcmp(buf, "ab\\x1bc") == 0);
-    CHECK_EQ(str_escape_buf(buf, 5, "ab\x1b" "cdef"), 10);
+    CHECK_EQ(str_escape_buf(buf, 5,
+                            "ab\x1b"
+                            "cdef"),
+             10);
     CHECK(strcmp(buf, "ab") == 0);
     CHECK_EQ(str_escape_buf(buf, 1, "abc"), 3);
     CHECK(buf[0] == '\0');
