@@ -153,6 +153,10 @@ int blk_image_flush(struct blk_image *img);
 int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
                            struct blk_extent *ext);
 int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len);
+/* At most this many backing files below an image (every subcommand,
+ * info --backing-chain included): deeper chains are refused. */
+#define BLK_MAX_CHAIN_DEPTH 32
+
 /* Whether the image has a backing file (opened). */
 bool blk_image_has_backing(struct blk_image *img);
 /* Whether block status says the whole image reads as zeroes (stops at the

@@ -60,6 +60,8 @@ struct blk_driver {
 
     /* Protocols: does this filename belong to the driver ("nbd://...")? */
     bool (*claims)(const char *filename);
+    /* Protocols: the names it claims, for messages ("NBD URIs (nbd://...)"). */
+    const char *names_help;
     /* Probe score for format detection from the first bytes of the image:
      * 0 = not this format.  NULL for protocols. */
     int (*probe)(const uint8_t *buf, size_t len);
@@ -174,7 +176,8 @@ struct blk_node {
 /* Registry. */
 void blk_register_driver(const struct blk_driver *drv);
 const struct blk_driver *blk_find_driver(const char *name);
-/* The protocol driver that claims this filename ("file" if none does). */
+/* The protocol driver that claims this filename ("file" if none does, or
+ * NULL with a message when it is a URL that no driver claims). */
 const struct blk_driver *blk_protocol_for(const char *filename);
 /* The format whose probe scores highest for these first bytes ("raw" if
  * none claims them). */
@@ -189,8 +192,7 @@ const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);
 /* Open a format node over a protocol node for o->filename: the format is
  * 'format', or probed when NULL (then o->probed is passed as true).
  * Refuses backing loops (o->chain) and chains deeper than
- * BLK_MAX_CHAIN_DEPTH. */
-#define BLK_MAX_CHAIN_DEPTH 32
+ * BLK_MAX_CHAIN_DEPTH (block.h). */
 int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const char *protocol,
                    const char *format);
 

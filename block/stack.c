@@ -43,8 +43,8 @@ static int blk_check_chain(const struct blk_open_opts *o)
     struct stat st;
 
     if (o->depth > BLK_MAX_CHAIN_DEPTH) {
-        return err_setx(ELOOP, "%s: backing chain deeper than %d files", o->filename,
-                        BLK_MAX_CHAIN_DEPTH);
+        return err_setx(ELOOP, "backing chain deeper than %d backing files (%s is number %u)",
+                        BLK_MAX_CHAIN_DEPTH, o->filename, o->depth);
     }
     if (!o->chain || stat(o->filename, &st) < 0) {
         return 0; /* the protocol driver reports a missing file */

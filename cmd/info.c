@@ -14,7 +14,8 @@
 #include "cmd.h"
 #include "common/json.h"
 
-#define MAX_CHAIN 64
+/* The top image and its backing files. */
+#define MAX_CHAIN (BLK_MAX_CHAIN_DEPTH + 1)
 
 static void info_usage(FILE *f)
 {
@@ -320,8 +321,8 @@ static int info_run(int argc, char **argv)
             }
         }
         if (r == 0 && depth >= MAX_CHAIN) {
-            fprintf(stderr, "diskimg: backing chain of %s is deeper than %d files\n", argv[optind],
-                    MAX_CHAIN);
+            fprintf(stderr, "diskimg: backing chain of %s is deeper than %d backing files\n",
+                    argv[optind], BLK_MAX_CHAIN_DEPTH);
             r = -1;
         }
         if (r == 0 && (r = info_open(name, fmt, &tls, &in)) < 0) {

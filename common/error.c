@@ -7,17 +7,57 @@
 
 #include "error.h"
 
-#define ERR_MSG_MAX 512
+#define ERR_MSG_MAX 1024
+#define ERR_ELLIPSIS " [...] "
 
 static __thread char err_buf[ERR_MSG_MAX];
+
+/* Store "head<sep>tail" in err_buf.  When it does not fit, the middle
+ * goes: the start names the object the user asked about and the end is
+ * the cause (prefixes pile up in front of it, strerror comes last), so
+ * both stay.  Cuts never split a UTF-8 sequence. */
+static void err_store(const char *head, const char *sep, const char *tail)
+{
+    size_t hl = strlen(head), sl = strlen(sep), tl = strlen(tail);
+    size_t el = sizeof ERR_ELLIPSIS - 1;
+
+    if (hl + sl + tl < sizeof err_buf) {
+        memcpy(err_buf, head, hl);
+        memcpy(err_buf + hl, sep, sl);
+        memcpy(err_buf + hl + sl, tail, tl + 1);
+        return;
+    }
+    /* Keep a third of the buffer from the front, the rest from the end. */
+    char whole[3 * ERR_MSG_MAX + 8]; /* head < 2 * MAX, tail < MAX */
+    int n = snprintf(whole, sizeof whole, "%s%s%s", head, sep, tail);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof whole ? (size_t)n : sizeof whole - 1;
+    size_t keep_head = (sizeof err_buf - 1) / 3;
+    size_t keep_tail = sizeof err_buf - 1 - keep_head - el;
+
+    while (keep_head > 0 && (whole[keep_head] & 0xc0) == 0x80) {
+        keep_head--;
+    }
+    size_t from = len - keep_tail;
+    while (from < len && (whole[from] & 0xc0) == 0x80) {
+        from++;
+    }
+    memcpy(err_buf, whole, keep_head);
+    memcpy(err_buf + keep_head, ERR_ELLIPSIS, el);
+    memcpy(err_buf + keep_head + el, whole + from, len - from + 1);
+}
 
 static void err_vformat(int errnum, bool with_strerror, const char *fmt, va_list ap)
 {
     int saved = errno;
-    int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    char msg[2 * ERR_MSG_MAX];
 
-    if (with_strerror && n >= 0 && (size_t)n < sizeof err_buf) {
-        snprintf(err_buf + n, sizeof err_buf - n, ": %s", strerror(errnum));
+    if (vsnprintf(msg, sizeof msg, fmt, ap) < 0) {
+        msg[0] = '\0';
+    }
+    if (with_strerror) {
+        err_store(msg, ": ", strerror(errnum));
+    } else {
+        err_store(msg, "", "");
     }
     errno = saved;
 }
@@ -44,24 +84,16 @@ int err_setx(int errnum, const char *fmt, ...)
 
 void err_prefix(const char *fmt, ...)
 {
-    char old[ERR_MSG_MAX];
+    char old[ERR_MSG_MAX], prefix[ERR_MSG_MAX];
     va_list ap;
-    int n;
 
-    snprintf(old, sizeof old, "%s", err_buf);
+    memcpy(old, err_buf, sizeof old);
     va_start(ap, fmt);
-    n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof err_buf && old[0]) {
-        /* Truncation is fine: a long message keeps its beginning. */
-        size_t room = sizeof err_buf - (size_t)n;
-        if (room > 2) {
-            size_t take = strnlen(old, room - 3);
-            memcpy(err_buf + n, ": ", 2);
-            memcpy(err_buf + n + 2, old, take);
-            err_buf[(size_t)n + 2 + take] = '\0';
-        }
+    if (vsnprintf(prefix, sizeof prefix, fmt, ap) < 0) {
+        prefix[0] = '\0';
     }
+    va_end(ap);
+    err_store(prefix, old[0] ? ": " : "", old);
 }
 
 const char *err_msg(void)

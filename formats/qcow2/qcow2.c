@@ -541,6 +541,14 @@ static int backing_path(struct qcow2_state *s, char **out)
     return *out ? 0 : err_set(ENOMEM, "qcow2: backing path");
 }
 
+/* A chain that loops or is too deep fails at its bottom, and the message
+ * names the file there; of the images above it only the top one adds its
+ * name, or a deep chain would print every file in it. */
+static bool chain_error_below(int r, const struct blk_open_opts *opts)
+{
+    return r == -ELOOP && opts->depth > 0;
+}
+
 static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
 {
     CLEANUP_FREE char *path = NULL;
@@ -568,7 +576,9 @@ static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
     };
     r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
     if (r < 0) {
-        err_prefix("qcow2: %s: backing file", s->node->filename);
+        if (!chain_error_below(r, opts)) {
+            err_prefix("qcow2: %s: backing file", s->node->filename);
+        }
         return r;
     }
     s->node->backing = s->backing;
@@ -723,7 +733,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     return 0;
 
 fail:
-    if (!strstr(err_msg(), n->filename)) {
+    if (!strstr(err_msg(), n->filename) && !chain_error_below(r, opts)) {
         err_prefix("%s", n->filename);
     }
     qcow2_free_state(s);

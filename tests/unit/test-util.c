@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "common/bufpool.h"
+#include "common/error.h"
 #include "common/escape.h"
 #include "common/histogram.h"
 #include "common/json.h"
@@ -258,6 +259,46 @@ static void test_escape(void)
     CHECK(buf[0] == '\0');
 }
 
+static void test_error_chain(void)
+{
+    char cause[64];
+
+    /* A backing chain's worth of prefixes keeps both ends. */
+    err_setx(ELOOP, "l33.qcow2: backing chain deeper than 32 backing files");
+    for (int i = 32; i >= 0; i--) {
+        err_prefix("qcow2: /tmp/some/long/directory/name/l%02d.qcow2: backing file", i);
+    }
+    CHECK(strlen(err_msg()) < 1024);
+    CHECK(strncmp(err_msg(), "qcow2: /tmp/some/long/directory/name/l00.qcow2: backing file: ",
+                  strlen("qcow2: /tmp/some/long/directory/name/l00.qcow2: backing file: ")) == 0);
+    snprintf(cause, sizeof cause, "l33.qcow2: backing chain deeper than 32 backing files");
+    CHECK(strlen(err_msg()) > strlen(cause) &&
+          strcmp(err_msg() + strlen(err_msg()) - strlen(cause), cause) == 0);
+    CHECK(strstr(err_msg(), " [...] ") != NULL);
+
+    /* A long message keeps its strerror. */
+    char longname[3000];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    CHECK_EQ(err_set(ENOENT, "%s", longname), -ENOENT);
+    const char *tail = strerror(ENOENT);
+    CHECK(strcmp(err_msg() + strlen(err_msg()) - strlen(tail), tail) == 0);
+
+    /* Short ones are untouched; UTF-8 is never split. */
+    err_setx(EINVAL, "short");
+    err_prefix("ctx");
+    CHECK(strcmp(err_msg(), "ctx: short") == 0);
+    char utf[1500] = "";
+    for (int i = 0; i < 400; i++) {
+        strcat(utf, "\xc3\xa9");
+    }
+    err_setx(EINVAL, "%s", utf);
+    err_prefix("%s", utf);
+    CHECK(str_is_printable(err_msg()));
+    err_clear();
+    CHECK(err_msg()[0] == '\0');
+}
+
 int main(void)
 {
     RUN(test_parse_size);
@@ -269,5 +310,6 @@ int main(void)
     RUN(test_nbd_errno);
     RUN(test_bufpool);
     RUN(test_escape);
+    RUN(test_error_chain);
     return check_exit();
 }
