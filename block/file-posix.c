@@ -531,7 +531,17 @@ static int file_truncate(struct blk_node *n, uint64_t len)
     if (s->is_blockdev) {
         return err_setx(ENOTSUP, "%s: cannot resize a block device", n->filename);
     }
+    if (len > INT64_MAX) {
+        return err_setx(EFBIG, "%s: %" PRIu64 " bytes is more than a file can hold", n->filename,
+                        len);
+    }
     if (ftruncate(s->fd, (off_t)len) < 0) {
+        if (errno == EFBIG) {
+            return err_setx(EFBIG,
+                            "%s: cannot make the file %" PRIu64 " bytes long: the file system "
+                            "does not allow files that large",
+                            n->filename, len);
+        }
         return err_set(errno, "%s: truncate to %" PRIu64, n->filename, len);
     }
     atomic_store(&s->size, (int64_t)len);

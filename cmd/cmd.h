@@ -41,6 +41,12 @@ int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format
 /* Prints err_msg() (or strerror(-r)) once, as "diskimg: message". */
 void cmd_print_error(int r);
 
+/* Sizes are off_t: a file, and so an image, holds at most 2^63 - 1 bytes. */
+#define CMD_MAX_IMAGE_SIZE ((uint64_t)INT64_MAX)
+/* An image size on the command line ("20G"); returns 0 or EXIT_USAGE after
+ * printing why (bad syntax, or more than CMD_MAX_IMAGE_SIZE). */
+int cmd_parse_image_size(const char *sub, const char *arg, uint64_t *out);
+
 /* --output=human|json; returns 0 or EXIT_USAGE after printing why. */
 int cmd_parse_output(const char *sub, const char *arg, bool *json);
 /* Append a repeated -o: "a=1" then "b=2" gives "a=1,b=2" (qemu-img merges

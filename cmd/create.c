@@ -88,9 +88,8 @@ static int create_run(int argc, char **argv)
     }
     o.filename = argv[optind];
     if (argc - optind == 2) {
-        if (parse_size(argv[optind + 1], &o.size) < 0) {
-            return cmd_usage_error("create", "invalid size '%s' (use k, M, G, T suffixes)",
-                                   argv[optind + 1]);
+        if (cmd_parse_image_size("create", argv[optind + 1], &o.size) != 0) {
+            return EXIT_USAGE;
         }
         o.size_set = true;
     }

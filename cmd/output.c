@@ -1,11 +1,15 @@
 /* cmd/output.c: printing helpers shared by the subcommands: --output
- * parsing, qemu-img's human sizes. */
+ * parsing, image sizes, qemu-img's human sizes. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/util.h"
 
 int cmd_parse_output(const char *sub, const char *arg, bool *json)
 {
@@ -15,6 +19,25 @@ int cmd_parse_output(const char *sub, const char *arg, bool *json)
         *json = false;
     } else {
         return cmd_usage_error(sub, "--output must be human or json, not '%s'", arg);
+    }
+    return 0;
+}
+
+int cmd_parse_image_size(const char *sub, const char *arg, uint64_t *out)
+{
+    int r = parse_size(arg, out);
+
+    if (r == -ERANGE || (r == 0 && *out > CMD_MAX_IMAGE_SIZE)) {
+        return cmd_usage_error(sub,
+                               "size '%s' is too large: an image holds at most 8 EiB - 1 byte "
+                               "(%" PRIu64 " bytes)",
+                               arg, CMD_MAX_IMAGE_SIZE);
+    }
+    if (r < 0) {
+        return cmd_usage_error(sub,
+                               "invalid size '%s': a number of bytes, optionally with a suffix "
+                               "k, M, G, T, P or E (powers of 1024)",
+                               arg);
     }
     return 0;
 }

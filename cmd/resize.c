@@ -81,8 +81,8 @@ static int resize_run(int argc, char **argv)
         sign = arg[0] == '+' ? 1 : -1;
         arg++;
     }
-    if (parse_size(arg, &size) < 0) {
-        return cmd_usage_error("resize", "invalid size '%s'", size_arg);
+    if (cmd_parse_image_size("resize", arg, &size) != 0) {
+        return EXIT_USAGE;
     }
     o.filename = argv[optind];
     r = blk_image_open(&img, &o);
@@ -94,6 +94,14 @@ static int resize_run(int argc, char **argv)
     if (sign < 0 && size > cur) {
         blk_image_close(img);
         fprintf(stderr, "diskimg: new size would be negative\n");
+        return EXIT_ERROR;
+    }
+    if (sign > 0 && size > CMD_MAX_IMAGE_SIZE - cur) {
+        blk_image_close(img);
+        fprintf(stderr,
+                "diskimg: %s: growing by %s would make the image larger than 8 EiB - 1 "
+                "byte\n",
+                o.filename, size_arg + 1);
         return EXIT_ERROR;
     }
     size = sign > 0 ? cur + size : sign < 0 ? cur - size : size;

@@ -165,8 +165,15 @@ static int validate(const struct create_opts *c)
     uint32_t bits = (uint32_t)__builtin_ctzll(c->cluster_size);
     uint64_t l1 = qcow2_l1_entries_for(c->size, bits, c->extended_l2);
     if (c->size > INT64_MAX / 2 || l1 * 8 > QCOW2_MAX_L1_BYTES) {
-        return err_setx(EFBIG, "The image size is too large for file format 'qcow2' (try using a "
-                               "larger cluster size)");
+        /* What the largest L1 table maps, and what qcow2 can address. */
+        uint32_t l2_bits = bits - (c->extended_l2 ? 4 : 3);
+        uint64_t max = MIN((uint64_t)(QCOW2_MAX_L1_BYTES / 8) << (bits + l2_bits),
+                           (uint64_t)INT64_MAX / 2 + 1);
+        return err_setx(EFBIG,
+                        "The image size is too large for file format 'qcow2' (try using a "
+                        "larger cluster size): %" PRIu64 "-byte clusters allow at most %" PRIu64
+                        " bytes",
+                        c->cluster_size, max);
     }
     return 0;
 }

@@ -105,8 +105,11 @@ data() {
     assert_failure 1
     [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
     [[ $(vsize "$TEST_DIR/b.qcow2") -eq $((4 * MiB)) ]]
-    run "$DISKIMG" resize "$TEST_DIR/a.qcow2" 8E
+    run "$DISKIMG" resize "$TEST_DIR/a.qcow2" 7E
     assert_failure 1
+    # 8 EiB is more than any file holds: a usage error.
+    run "$DISKIMG" resize "$TEST_DIR/a.qcow2" 8E
+    assert_failure 2
     qcheck "$TEST_DIR/a.qcow2"
 }
 
