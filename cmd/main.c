@@ -87,6 +87,14 @@ int main(int argc, char **argv)
         return EXIT_OK;
     }
     c = find_command(argv[1]);
+    if (!c && argv[1][0] == '-') {
+        /* Options come after the subcommand: "diskimg info -U x". */
+        fprintf(stderr,
+                "diskimg: unknown option '%s': options go after the subcommand\n"
+                "Try 'diskimg --help' for the subcommands.\n",
+                argv[1]);
+        return EXIT_USAGE;
+    }
     if (!c) {
         fprintf(stderr, "diskimg: unknown subcommand '%s'\n", argv[1]);
         usage(stderr);
