@@ -27,6 +27,9 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (!drv || !drv->is_format || !drv->create) {
         return err_setx(EINVAL, "unknown image format '%s' (raw, qcow2)", o->format);
     }
+    if (!blk_protocol_for(o->filename)) {
+        return -EPROTONOSUPPORT; /* a URL: not a file to create */
+    }
     if (drv->create_check && (r = drv->create_check(o)) < 0) {
         return r; /* an existing file stays as it was */
     }

@@ -56,9 +56,13 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
         return err_setx(EINVAL, "detect-zeroes=unmap requires discard=unmap");
     }
-    r = blk_open_stack(&root, &o,
-                       opts->protocol ? opts->protocol : blk_protocol_for(opts->filename)->name,
-                       opts->format);
+    const struct blk_driver *proto =
+        opts->protocol ? blk_find_driver(opts->protocol) : blk_protocol_for(opts->filename);
+    if (!proto) {
+        return opts->protocol ? err_setx(ENOTSUP, "unknown protocol driver '%s'", opts->protocol)
+                              : -EPROTONOSUPPORT;
+    }
+    r = blk_open_stack(&root, &o, proto->name, opts->format);
     if (r < 0) {
         return r;
     }

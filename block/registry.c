@@ -1,8 +1,13 @@
 /* block/registry.c: the driver registry.  Drivers add themselves from a
  * constructor (BLK_REGISTER_DRIVER), so block/ never names a format. */
+#include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
+#include "common/error.h"
 #include "driver.h"
 
 #define BLK_MAX_DRIVERS 16
@@ -27,12 +32,46 @@ const struct blk_driver *blk_find_driver(const char *name)
     return NULL;
 }
 
+/* Length of the scheme of a URL ("http" in "http://h/x"), or 0 when
+ * filename does not start like one (RFC 3986: a letter, then letters,
+ * digits, '+', '-' or '.', then "://"). */
+static size_t url_scheme_len(const char *filename)
+{
+    size_t i = 0;
+
+    if (!isalpha((unsigned char)filename[0])) {
+        return 0;
+    }
+    while (isalnum((unsigned char)filename[i]) ||
+           (filename[i] && strchr("+-.", filename[i]) != NULL)) {
+        i++;
+    }
+    return strncmp(filename + i, "://", 3) == 0 ? i : 0;
+}
+
 const struct blk_driver *blk_protocol_for(const char *filename)
 {
+    size_t scheme;
+
     for (size_t i = 0; i < n_drivers; i++) {
         if (!drivers[i]->is_format && drivers[i]->claims && drivers[i]->claims(filename)) {
             return drivers[i];
         }
+    }
+    scheme = url_scheme_len(filename);
+    if (scheme) {
+        /* Not a file that happens to be missing: say which names work. */
+        char known[256] = "local files";
+        for (size_t i = 0; i < n_drivers; i++) {
+            if (drivers[i]->names_help) {
+                size_t used = strlen(known);
+                snprintf(known + used, sizeof known - used, ", %s", drivers[i]->names_help);
+            }
+        }
+        err_setx(EPROTONOSUPPORT, "%s: diskimg cannot open %.*s:// URLs; it opens %s%s", filename,
+                 (int)scheme, filename, known,
+                 strncasecmp(filename, "http", 4) == 0 ? " (download the image first)" : "");
+        return NULL;
     }
     return blk_find_driver("file");
 }

@@ -17,8 +17,18 @@ static const struct {
     {"nbds+unix://", true, true},
 };
 
+/* qemu's older spelling: nbd:unix:PATH or nbd:HOST[:PORT], then
+ * optionally :exportname=NAME. */
+static bool nbd_legacy_is(const char *s)
+{
+    return strncmp(s, "nbd:", 4) == 0 && strncmp(s, "nbd://", 6) != 0;
+}
+
 bool nbd_uri_is(const char *s)
 {
+    if (nbd_legacy_is(s)) {
+        return true;
+    }
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (strncmp(s, schemes[i].scheme, strlen(schemes[i].scheme)) == 0) {
             return true;
@@ -94,12 +104,88 @@ static int query_get(const char *q, const char *key, char **out)
     return 0;
 }
 
+/* host[:port] or [v6addr][:port] from [a, a_end) into u (port 10809 by
+ * default); the URI and the legacy form share it.  s is for messages. */
+static int parse_host_port(const char *s, const char *a, const char *a_end, struct nbd_uri *u)
+{
+    const char *colon = NULL;
+
+    if (a < a_end && *a == '[') {
+        const char *close = memchr(a, ']', (size_t)(a_end - a));
+        if (!close) {
+            return err_setx(EINVAL, "%s: unterminated [IPv6 address]", s);
+        }
+        u->host = decode(a + 1, (size_t)(close - a - 1));
+        colon = close + 1 < a_end && close[1] == ':' ? close + 1 : NULL;
+        if (close + 1 < a_end && !colon) {
+            return err_setx(EINVAL, "%s: junk after the IPv6 address", s);
+        }
+    } else {
+        colon = memchr(a, ':', (size_t)(a_end - a));
+        u->host = decode(a, colon ? (size_t)(colon - a) : (size_t)(a_end - a));
+    }
+    if (!u->host || !u->host[0]) {
+        return err_setx(EINVAL, "%s: the host is missing", s);
+    }
+    if (colon) {
+        u->port = decode(colon + 1, (size_t)(a_end - colon - 1));
+        char *end = NULL;
+        long port = u->port ? strtol(u->port, &end, 10) : 0;
+        if (!u->port || !*u->port || *end || port < 1 || port > 65535) {
+            return err_setx(EINVAL, "%s: invalid port", s);
+        }
+    } else {
+        u->port = strdup("10809");
+    }
+    return u->port ? 0 : -ENOMEM;
+}
+
+static int parse_legacy(const char *s, struct nbd_uri *u)
+{
+    const char *spec = s + 4;
+    const char *exp = strstr(spec, ":exportname=");
+    const char *spec_end = exp ? exp : spec + strlen(spec);
+    int r;
+
+    u->export_name = strdup(exp ? exp + strlen(":exportname=") : "");
+    if (!u->export_name) {
+        return -ENOMEM;
+    }
+    if (strncmp(spec, "unix:", 5) == 0) {
+        u->unix_socket = true;
+        u->socket = strndup(spec + 5, (size_t)(spec_end - spec - 5));
+        if (!u->socket) {
+            return -ENOMEM;
+        }
+        if (!u->socket[0]) {
+            return err_setx(EINVAL, "%s: the socket path is missing (nbd:unix:PATH)", s);
+        }
+        return 0;
+    }
+    r = parse_host_port(s, spec, spec_end, u);
+    if (r < 0 && r != -ENOMEM) {
+        return err_setx(EINVAL,
+                        "%s: expected nbd:unix:PATH or nbd:HOST[:PORT], optionally followed by "
+                        ":exportname=NAME",
+                        s);
+    }
+    return r;
+}
+
 int nbd_uri_parse(const char *s, struct nbd_uri *u)
 {
     const char *p = NULL, *path, *query;
     size_t i;
+    int r;
 
     memset(u, 0, sizeof *u);
+    if (nbd_legacy_is(s)) {
+        r = parse_legacy(s, u);
+        if (r < 0) {
+            nbd_uri_free(u);
+        }
+        return r;
+    }
     for (i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         if (strncmp(s, schemes[i].scheme, strlen(schemes[i].scheme)) == 0) {
             p = s + strlen(schemes[i].scheme);
@@ -170,37 +256,9 @@ int nbd_uri_parse(const char *s, struct nbd_uri *u)
         return 0;
     }
     /* Authority: host, [v6addr], optional :port */
-    const char *a = p, *a_end = path, *colon = NULL;
-    if (a < a_end && *a == '[') {
-        const char *close = memchr(a, ']', (size_t)(a_end - a));
-        if (!close) {
-            nbd_uri_free(u);
-            return err_setx(EINVAL, "%s: unterminated [IPv6 address]", s);
-        }
-        u->host = decode(a + 1, (size_t)(close - a - 1));
-        colon = close + 1 < a_end && close[1] == ':' ? close + 1 : NULL;
-        if (close + 1 < a_end && !colon) {
-            nbd_uri_free(u);
-            return err_setx(EINVAL, "%s: junk after the IPv6 address", s);
-        }
-    } else {
-        colon = memchr(a, ':', (size_t)(a_end - a));
-        u->host = decode(a, colon ? (size_t)(colon - a) : (size_t)(a_end - a));
-    }
-    if (!u->host || !u->host[0]) {
+    r = parse_host_port(s, p, path, u);
+    if (r < 0) {
         nbd_uri_free(u);
-        return err_setx(EINVAL, "%s: the host is missing", s);
     }
-    if (colon) {
-        u->port = decode(colon + 1, (size_t)(a_end - colon - 1));
-        char *end = NULL;
-        long port = u->port ? strtol(u->port, &end, 10) : 0;
-        if (!u->port || !*u->port || *end || port < 1 || port > 65535) {
-            nbd_uri_free(u);
-            return err_setx(EINVAL, "%s: invalid port", s);
-        }
-    } else {
-        u->port = strdup("10809");
-    }
-    return u->port ? 0 : -ENOMEM;
+    return r;
 }

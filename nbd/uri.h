@@ -3,6 +3,9 @@
  *   nbd://HOST[:PORT]/[EXPORT]          TCP (IPv6 hosts in brackets)
  *   nbd+unix:///[EXPORT]?socket=PATH    unix socket
  *   nbds://..., nbds+unix://...         the same over TLS
+ * and qemu's older spelling (no TLS, the export name taken as it is):
+ *   nbd:unix:PATH[:exportname=NAME]
+ *   nbd:HOST[:PORT][:exportname=NAME]
  * Pure parsing, no I/O; unit-tested in tests/unit/test-uri.c. */
 #ifndef DISKIMG_NBD_URI_H
 #define DISKIMG_NBD_URI_H
@@ -23,7 +26,8 @@ struct nbd_uri {
     char *tls_hostname;     /* tls-hostname=NAME */
 };
 
-/* True if s looks like an NBD URI (scheme nbd, nbds, nbd+unix, nbds+unix). */
+/* True if s looks like an NBD URI (scheme nbd, nbds, nbd+unix, nbds+unix)
+ * or qemu's nbd: spelling. */
 bool nbd_uri_is(const char *s);
 /* Returns 0, or -EINVAL with a message naming what is wrong. */
 int nbd_uri_parse(const char *s, struct nbd_uri *u);

@@ -48,6 +48,27 @@ static void test_good(void)
     expect("nbd://h/dir/name", 0, false, false, "h", "10809", NULL, "dir/name");
 }
 
+/* qemu's older nbd: spelling. */
+static void test_legacy(void)
+{
+    expect("nbd:unix:/tmp/s.sock", 0, false, true, NULL, NULL, "/tmp/s.sock", "");
+    expect("nbd:unix:/tmp/s.sock:exportname=disk", 0, false, true, NULL, NULL, "/tmp/s.sock",
+           "disk");
+    expect("nbd:localhost:10810", 0, false, false, "localhost", "10810", NULL, "");
+    expect("nbd:127.0.0.1:10810:exportname=a b", 0, false, false, "127.0.0.1", "10810", NULL,
+           "a b");
+    expect("nbd:[::1]:5000:exportname=x", 0, false, false, "::1", "5000", NULL, "x");
+    expect("nbd:h", 0, false, false, "h", "10809", NULL, "");
+    expect("nbd:", -EINVAL, false, false, NULL, NULL, NULL, "");
+    expect("nbd:unix:", -EINVAL, false, false, NULL, NULL, NULL, "");
+    expect("nbd:unix::exportname=x", -EINVAL, false, false, NULL, NULL, NULL, "");
+    expect("nbd:h:0", -EINVAL, false, false, NULL, NULL, NULL, "");
+    expect("nbd:h:port", -EINVAL, false, false, NULL, NULL, NULL, "");
+    expect("nbd:[::1", -EINVAL, false, false, NULL, NULL, NULL, "");
+    CHECK(nbd_uri_is("nbd:unix:/x"));
+    CHECK(nbd_uri_is("nbd:h:1"));
+}
+
 /* The userinfo of a URI is the TLS (PSK) username; tls-username= wins. */
 static void expect_user(const char *s, const char *host, const char *user)
 {
@@ -97,6 +118,7 @@ static void test_bad(void)
 int main(void)
 {
     RUN(test_good);
+    RUN(test_legacy);
     RUN(test_bad);
     RUN(test_userinfo);
     return check_exit();
