@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# Messages a person can act on: a deep backing chain keeps its cause in one
+# line, sizes beyond what a file holds, options before the subcommand,
+# qemu's older nbd: spelling (which works) and URLs diskimg cannot open
+# (which say so).
+
+load '../helpers'
+load '../interop/lib'
+
+setup() { setup_test; }
+teardown() { cleanup_test; }
+
+# chain N: l00.qcow2 <- l01.qcow2 <- ... <- lN.qcow2 in $TEST_DIR (absolute names).
+chain() {
+    local i
+    qemu-img create -q -f qcow2 "$TEST_DIR/l00.qcow2" 1M
+    for ((i = 1; i <= $1; i++)); do
+        qemu-img create -q -f qcow2 -F qcow2 -b "$TEST_DIR/$(printf l%02d.qcow2 $((i - 1)))" \
+            "$TEST_DIR/$(printf l%02d.qcow2 "$i")"
+    done
+}
+
+@test "messages: a chain deeper than 32 backing files is one line naming the top image and the cause" {
+    require_tool qemu-img
+    chain 40
+    run -1 "$DISKIMG" map "$TEST_DIR/l40.qcow2"
+    echo "$output"
+    [[ $(wc -l <<<"$output") -eq 1 ]]
+    [[ "$output" == "diskimg: qcow2: $TEST_DIR/l40.qcow2: backing file: backing chain deeper than 32 backing files ($TEST_DIR/l07.qcow2 is number 33)" ]]
+    # Every subcommand that opens the chain says the same.
+    run -1 "$DISKIMG" convert -O raw "$TEST_DIR/l40.qcow2" "$TEST_DIR/out.raw"
+    [[ "$output" == *"backing chain deeper than 32 backing files"* ]]
+    [[ ! -e "$TEST_DIR/out.raw" ]]
+    run -1 "$DISKIMG" info --backing-chain "$TEST_DIR/l40.qcow2"
+    [[ "$output" == *"backing chain of $TEST_DIR/l40.qcow2 is deeper than 32 backing files"* ]]
+    # 32 backing files are fine, everywhere.
+    run -0 "$DISKIMG" map "$TEST_DIR/l32.qcow2"
+    run -0 "$DISKIMG" info --backing-chain "$TEST_DIR/l32.qcow2"
+}
+
+@test "messages: a backing loop names the top image and the file that loops" {
+    require_tool qemu-img
+    chain 4
+    qemu-img rebase -u -F qcow2 -b "$TEST_DIR/l03.qcow2" "$TEST_DIR/l01.qcow2"
+    run -1 "$DISKIMG" map "$TEST_DIR/l04.qcow2"
+    [[ $(wc -l <<<"$output") -eq 1 ]]
+    [[ "$output" == "diskimg: qcow2: $TEST_DIR/l04.qcow2: backing file: $TEST_DIR/l03.qcow2: backing file loop"* ]]
+}
+
+@test "messages: sizes of 8 EiB and more are usage errors that give the limit" {
+    local s
+    for s in 8E 16E 100E 99999999999999999999; do
+        run -2 "$DISKIMG" create -f raw "$TEST_DIR/x.img" "$s"
+        [[ "$output" == *"size '$s' is too large: an image holds at most 8 EiB - 1 byte (9223372036854775807 bytes)"* ]]
+        run -2 "$DISKIMG" create -f qcow2 "$TEST_DIR/x.qcow2" "$s"
+        [[ "$output" == *"is too large"* ]]
+    done
+    run -2 "$DISKIMG" create -f raw "$TEST_DIR/x.img" 1x
+    [[ "$output" == *"invalid size '1x': a number of bytes, optionally with a suffix k, M, G, T, P or E"* ]]
+    [[ ! -e "$TEST_DIR/x.img" && ! -e "$TEST_DIR/x.qcow2" ]]
+
+    truncate -s 1G "$TEST_DIR/r.img"
+    run -2 "$DISKIMG" resize -f raw "$TEST_DIR/r.img" 16E
+    [[ "$output" == *"size '16E' is too large"* ]]
+    run -1 "$DISKIMG" resize -f raw "$TEST_DIR/r.img" +8589934591G
+    [[ "$output" == *"growing by 8589934591G would make the image larger than 8 EiB - 1 byte"* ]]
+    [[ $(stat -c %s "$TEST_DIR/r.img") -eq 1073741824 ]]
+}
+
+@test "messages: sizes the format or the file system cannot hold say which limit" {
+    run -1 "$DISKIMG" create -f qcow2 "$TEST_DIR/x.qcow2" 7E
+    [[ "$output" == *"The image size is too large for file format 'qcow2' (try using a larger cluster size): 65536-byte clusters allow at most 2251799813685248 bytes"* ]]
+    # ext4 and xfs refuse files of 8 EiB - 1 byte; tmpfs does too.
+    run -1 "$DISKIMG" create -f raw "$TEST_DIR/x.img" 7E
+    [[ "$output" == *"x.img: cannot make the file 8070450532247928832 bytes long: the file system does not allow files that large"* ]]
+}
+
+@test "messages: an option before the subcommand is an unknown option, not a subcommand" {
+    run -2 "$DISKIMG" --bogus
+    [[ "${lines[0]}" == "diskimg: unknown option '--bogus': options go after the subcommand" ]]
+    run -2 "$DISKIMG" -U info x
+    [[ "${lines[0]}" == "diskimg: unknown option '-U': options go after the subcommand" ]]
+    run -2 "$DISKIMG" bogus
+    [[ "${lines[0]}" == "diskimg: unknown subcommand 'bogus'" ]]
+}
+
+@test "messages: qemu's nbd:unix:PATH and nbd:HOST:PORT spellings open NBD exports" {
+    make_pattern "$TEST_DIR/d.img" 1048576
+    start_server -t -f raw -x exp "$TEST_DIR/d.img"
+    run -0 "$DISKIMG" info --output=json "nbd:unix:$SOCK:exportname=exp"
+    [[ "$output" == *'"virtual-size": 1048576'* ]]
+    run -0 "$DISKIMG" convert -O raw "nbd:unix:$SOCK:exportname=exp" "$TEST_DIR/copy.img"
+    cmp "$TEST_DIR/d.img" "$TEST_DIR/copy.img"
+    run -1 "$DISKIMG" info "nbd:unix:$SOCK:exportname=nope"
+    [[ "$output" == *"export 'nope' not found"* ]]
+    stop_server
+
+    start_server_tcp 127.0.0.1 -t -f raw "$TEST_DIR/d.img"
+    run -0 "$DISKIMG" compare "nbd:127.0.0.1:$PORT" "$TEST_DIR/d.img"
+    run -1 "$DISKIMG" info "nbd:127.0.0.1:port"
+    [[ "$output" == *"nbd:127.0.0.1:port: expected nbd:unix:PATH or nbd:HOST[:PORT], optionally followed by :exportname=NAME"* ]]
+    run -1 "$DISKIMG" create -f raw "nbd:unix:$SOCK" 1M
+    [[ "$output" == *"cannot be created"* ]]
+}
+
+@test "messages: http(s) and other URLs say what diskimg opens instead of 'No such file'" {
+    truncate -s 1M "$TEST_DIR/d.img"
+    run -1 "$DISKIMG" info https://example.invalid/cloud.qcow2
+    [[ "$output" == "diskimg: https://example.invalid/cloud.qcow2: diskimg cannot open https:// URLs; it opens local files, NBD URIs"*"(download the image first)" ]]
+    run -1 "$DISKIMG" convert -O raw http://example.invalid/x.img "$TEST_DIR/o.img"
+    [[ "$output" == *"cannot open http:// URLs"* ]]
+    run -1 "$DISKIMG" convert -f raw -O qcow2 "$TEST_DIR/d.img" s3://bucket/x.qcow2
+    [[ "$output" == *"s3://bucket/x.qcow2: diskimg cannot open s3:// URLs"* ]]
+    run -1 "$DISKIMG" create -f qcow2 ftp://host/x.qcow2 1G
+    [[ "$output" == *"cannot open ftp:// URLs"* ]]
+    [[ "$output" != *"No such file"* ]]
+    # A local name with a colon is still a file.
+    truncate -s 1M "$TEST_DIR/a:b.img"
+    run -0 "$DISKIMG" info -f raw "$TEST_DIR/a:b.img"
+}
