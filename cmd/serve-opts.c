@@ -76,13 +76,15 @@ void serve_usage(FILE *f)
         "                           nbd.poll-us=N (busy-poll for the next request, default 50)\n"
         "\n"
         "TLS (GnuTLS):\n"
-        "      --tls-creds=DIR      X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem\n"
+        "      --tls-creds=DIR      X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem,\n"
+        "                           and ca-crl.pem (revoked certificates) if present\n"
         "      --tls-psk=FILE       pre-shared keys, psktool format (identity:hexkey)\n"
         "      --tls=MODE           off, on (clients choose) or require (default with\n"
         "                           credentials: nothing but STARTTLS before TLS)\n"
-        "      --tls-verify-peer    require a client certificate signed by the CA\n"
-        "      --tls-authz=FILE     allow only these client DNs (either RDN order; implies\n"
-        "                           --tls-verify-peer) or PSK identities, one a line\n"
+        "      --tls-verify-peer[=on|off]  X.509: require a client certificate signed by\n"
+        "                           the CA (default: on); off serves clients without one\n"
+        "      --tls-authz=FILE     allow only these client DNs (either RDN order) or PSK\n"
+        "                           identities, one a line\n"
         "      --tls-priority=STR   GnuTLS priority string (default: TLS 1.2 and newer)\n"
         "\n"
         "  -h, --help               this help\n"
@@ -310,7 +312,7 @@ static const struct option serve_long_opts[] = {
     {"tls-creds", required_argument, NULL, OPT_TLS_CREDS},
     {"tls-certificates", required_argument, NULL, OPT_TLS_CREDS}, /* nbdkit's spelling */
     {"tls-psk", required_argument, NULL, OPT_TLS_PSK},
-    {"tls-verify-peer", no_argument, NULL, OPT_TLS_VERIFY_PEER},
+    {"tls-verify-peer", optional_argument, NULL, OPT_TLS_VERIFY_PEER},
     {"tls-authz", required_argument, NULL, OPT_TLS_AUTHZ},
     {"tls-priority", required_argument, NULL, OPT_TLS_PRIORITY},
     {"export", required_argument, NULL, OPT_EXPORT},
@@ -466,9 +468,16 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         case OPT_TLS_PSK:
             o->tls.psk_file = optarg;
             break;
-        case OPT_TLS_VERIFY_PEER:
-            o->tls.verify_peer = true;
+        case OPT_TLS_VERIFY_PEER: {
+            bool on = true;
+            if (optarg && parse_bool(optarg, &on) < 0) {
+                return cmd_usage_error("serve", "--tls-verify-peer takes on or off, not '%s'",
+                                       optarg);
+            }
+            o->tls.no_verify_peer = !on;
+            o->tls_verify_peer_set = true;
             break;
+        }
         case OPT_TLS_AUTHZ:
             o->tls.authz_file = optarg;
             break;
@@ -553,8 +562,12 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         return cmd_usage_error("serve", "--tls-authz needs --tls=require: a plaintext client "
                                         "has no identity to check");
     }
-    if ((o->tls.verify_peer || o->tls.authz_file || o->tls.priority) && !creds) {
+    if ((o->tls_verify_peer_set || o->tls.authz_file || o->tls.priority) && !creds) {
         return cmd_usage_error("serve", "TLS options need --tls-creds=DIR or --tls-psk=FILE");
+    }
+    if (o->tls.authz_file && o->tls.creds_dir && o->tls.no_verify_peer) {
+        return cmd_usage_error("serve", "--tls-authz with --tls-creds checks the names of client "
+                                        "certificates: it needs --tls-verify-peer=on");
     }
     o->srv.tls_mode = !creds || (o->tls_mode && strcmp(o->tls_mode, "off") == 0) ? NBD_TLS_OFF
                       : o->tls_mode && strcmp(o->tls_mode, "on") == 0            ? NBD_TLS_ON

@@ -38,6 +38,7 @@ struct serve_opts {
     bool fork;
     struct nbd_tls_config tls;
     const char *tls_mode;                        /* NULL: require when credentials are given */
+    bool tls_verify_peer_set;                    /* --tls-verify-peer given (on or off) */
     const char *export_specs[SERVE_MAX_EXPORTS]; /* --export, parsed once all options are known */
     unsigned n_specs;
     struct serve_export exports[SERVE_MAX_EXPORTS];

@@ -69,7 +69,8 @@ static int hs_recv(struct hs *h, void *buf, size_t len)
                             h->where);
         }
         if (n < 0 && h->tls) {
-            return err_set((int)-n, "%s: receiving from the NBD server", h->where);
+            err_prefix("%s", h->where); /* the TLS layer said why */
+            return (int)n;
         }
         if (n < 0) {
             if (errno == EINTR) {
@@ -89,7 +90,10 @@ static int hs_send(struct hs *h, const void *buf, size_t len)
 
     if (h->tls) {
         int r = nbd_tls_send(h->tls, &(struct iovec){(void *)buf, len}, 1);
-        return r < 0 ? err_set(-r, "%s: sending to the NBD server", h->where) : 0;
+        if (r < 0) {
+            err_prefix("%s", h->where); /* the TLS layer said why */
+        }
+        return r;
     }
     while (len > 0) {
         ssize_t n = send(h->fd, p, len, MSG_NOSIGNAL);
@@ -500,6 +504,7 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned ti
         nbd_client_close(c);
         return r;
     }
+    nbd_tls_set_deadline(c->tls, 0); /* the handshake is over */
     *out = c;
     return 0;
 }

@@ -150,6 +150,7 @@ static void *nbd_conn_main(void *arg)
     err_clear();
     r = nbd_handshake(c);
     c->deadline_ns = 0;
+    nbd_tls_set_deadline(c->tls, 0);
     if (r == 0) {
         /* Like qemu-nbd, only a client that got an export counts for
          * exiting after the last one leaves (listings and probes do not). */

@@ -1,8 +1,8 @@
-/* nbd/tls.c: see tls.h. */
+/* nbd/tls.c: TLS credentials, loaded and checked once at start (see
+ * tls.h): the X.509 directory (CA, optional CRL, our certificate and
+ * key), the PSK file, the --tls-authz list, the priority string.  The
+ * sessions that use them are in tls-session.c. */
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,37 +12,19 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
-#include "common/util.h"
 #include "tls.h"
 
 #ifdef HAVE_GNUTLS
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "tls-internal.h"
+
 /* TLS 1.2 and newer only (the NBD spec requires 1.2 and advises against
  * anything older). */
 #define DEFAULT_PRIORITY "NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1"
 #define DEFAULT_PRIORITY_PSK                                                                       \
     "NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1:+ECDHE-PSK:+DHE-PSK:+PSK"
-#define MAX_AUTHZ 256
-
-struct nbd_tls {
-    bool server, psk, verify_peer;
-    gnutls_certificate_credentials_t x509;
-    gnutls_psk_server_credentials_t psk_server;
-    gnutls_psk_client_credentials_t psk_client;
-    gnutls_priority_t priority;
-    char *hostname;
-    char *authz[MAX_AUTHZ];
-    unsigned n_authz;
-    bool have_authz;
-};
-
-struct nbd_tls_session {
-    gnutls_session_t s;
-    int fd;
-    bool bye_sent;
-};
 
 bool nbd_tls_available(void)
 {
@@ -54,9 +36,10 @@ static int tls_err(int gerr, const char *what)
     return err_setx(EPROTO, "TLS: %s: %s", what, gnutls_strerror(gerr));
 }
 
-/* A credential file must exist and be readable; a private key must not be
- * readable by others. */
-static int check_file(const char *path, bool private_key)
+/* A credential file must exist and be readable; a private key (or a PSK
+ * file, what is private in it) must not be open to anyone but its owner.
+ * The message says how to fix it. */
+static int check_file(const char *path, const char *secret)
 {
     struct stat st;
 
@@ -66,138 +49,266 @@ static int check_file(const char *path, bool private_key)
     if (access(path, R_OK) < 0) {
         return err_set(errno, "TLS: %s", path);
     }
-    if (private_key && (st.st_mode & 077)) {
+    if (secret && (st.st_mode & 077)) {
+        const char *how = st.st_mode & 044 ? "readable" : st.st_mode & 022 ? "writable" : "usable";
         return err_setx(EACCES,
-                        "TLS: private key %s is readable by group or others (mode %03o); "
-                        "chmod 600 it",
-                        path, (unsigned)(st.st_mode & 0777));
+                        "TLS: %s %s is %s by group or others (mode %03o); make it private to "
+                        "its owner: chmod 600 '%s'",
+                        secret, path, how, (unsigned)(st.st_mode & 0777), path);
     }
     return 0;
+}
+
+/* The certificates in a PEM file; the caller frees them. */
+static int load_crts(const char *path, gnutls_x509_crt_t **crts, unsigned *n)
+{
+    gnutls_datum_t data = {0};
+    int r = gnutls_load_file(path, &data);
+
+    if (r < 0) {
+        return tls_err(r, path);
+    }
+    r = gnutls_x509_crt_list_import2(crts, n, &data, GNUTLS_X509_FMT_PEM, 0);
+    gnutls_free(data.data);
+    return r < 0 ? tls_err(r, path) : 0;
+}
+
+static void free_crts(gnutls_x509_crt_t *crts, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        gnutls_x509_crt_deinit(crts[i]);
+    }
+    gnutls_free(crts);
 }
 
 static int check_cert_dates(const char *path)
 {
     gnutls_x509_crt_t *crts = NULL;
     unsigned n = 0;
-    gnutls_datum_t data = {0};
-    int r = gnutls_load_file(path, &data), result = 0;
-
-    if (r < 0) {
-        return tls_err(r, path);
-    }
-    r = gnutls_x509_crt_list_import2(&crts, &n, &data, GNUTLS_X509_FMT_PEM, 0);
-    gnutls_free(data.data);
-    if (r < 0) {
-        return tls_err(r, path);
-    }
+    int r = load_crts(path, &crts, &n);
     time_t now = time(NULL);
-    for (unsigned i = 0; i < n; i++) {
-        if (result == 0 && gnutls_x509_crt_get_expiration_time(crts[i]) < now) {
-            result = err_setx(EKEYEXPIRED, "TLS: certificate %s has expired", path);
+
+    for (unsigned i = 0; r == 0 && i < n; i++) {
+        if (gnutls_x509_crt_get_expiration_time(crts[i]) < now) {
+            r = err_setx(EKEYEXPIRED, "TLS: certificate %s has expired", path);
+        } else if (gnutls_x509_crt_get_activation_time(crts[i]) > now) {
+            r = err_setx(EKEYEXPIRED, "TLS: certificate %s is not valid yet", path);
         }
-        if (result == 0 && gnutls_x509_crt_get_activation_time(crts[i]) > now) {
-            result = err_setx(EKEYEXPIRED, "TLS: certificate %s is not valid yet", path);
-        }
-        gnutls_x509_crt_deinit(crts[i]);
     }
-    gnutls_free(crts);
-    return result;
+    free_crts(crts, n);
+    return r;
 }
 
+/* A revocation list must come from our CA and be current: a stale one
+ * makes GnuTLS refuse every certificate, which is better said at start. */
+static int check_crl(const char *crl_path, const char *ca_path)
+{
+    gnutls_x509_crt_t *cas = NULL;
+    gnutls_x509_crl_t *crls = NULL;
+    unsigned n_ca = 0, n_crl = 0;
+    gnutls_datum_t data = {0};
+    time_t now = time(NULL);
+    int r = load_crts(ca_path, &cas, &n_ca);
+
+    if (r == 0 && (r = gnutls_load_file(crl_path, &data)) < 0) {
+        r = tls_err(r, crl_path);
+    }
+    if (r == 0) {
+        r = gnutls_x509_crl_list_import2(&crls, &n_crl, &data, GNUTLS_X509_FMT_PEM, 0);
+        r = r < 0 ? tls_err(r, crl_path) : 0;
+    }
+    if (r == 0 && n_crl == 0) {
+        r = err_setx(EINVAL, "TLS: %s holds no revocation list", crl_path);
+    }
+    for (unsigned i = 0; r == 0 && i < n_crl; i++) {
+        unsigned status = 0;
+        time_t next = gnutls_x509_crl_get_next_update(crls[i]);
+        if (gnutls_x509_crl_verify(crls[i], cas, n_ca, 0, &status) < 0 || status) {
+            r = err_setx(EINVAL, "TLS: revocation list %s is not signed by the CA in %s", crl_path,
+                         ca_path);
+        } else if (gnutls_x509_crl_get_this_update(crls[i]) > now) {
+            r = err_setx(EKEYEXPIRED, "TLS: revocation list %s is not valid yet", crl_path);
+        } else if (next != (time_t)-1 && next < now) {
+            r = err_setx(EKEYEXPIRED,
+                         "TLS: revocation list %s is out of date (its next update was due); "
+                         "issue a new one with certtool --generate-crl",
+                         crl_path);
+        }
+    }
+    for (unsigned i = 0; i < n_crl; i++) {
+        gnutls_x509_crl_deinit(crls[i]);
+    }
+    gnutls_free(crls);
+    gnutls_free(data.data);
+    free_crts(cas, n_ca);
+    return r;
+}
+
+static int load_crl(struct nbd_tls *t, const char *crl, const char *ca)
+{
+    int r;
+
+    if (access(crl, F_OK) < 0) {
+        return 0; /* optional, as for qemu */
+    }
+    if ((r = check_file(crl, NULL)) < 0 || (r = check_crl(crl, ca)) < 0) {
+        return r;
+    }
+    r = gnutls_certificate_set_x509_crl_file(t->x509, crl, GNUTLS_X509_FMT_PEM);
+    if (r < 0) {
+        return tls_err(r, crl);
+    }
+    t->have_crl = true;
+    return 0;
+}
+
+/* qemu's tls-creds-x509 layout: ca-cert.pem, ca-crl.pem (optional),
+ * server-cert.pem and server-key.pem, or client-cert.pem and
+ * client-key.pem (optional on a client). */
 static int load_x509(struct nbd_tls *t, const char *dir)
 {
-    char ca[4096], cert[4096], key[4096];
-    bool have_cert;
+    char ca[4096], crl[4096], cert[4096], key[4096];
+    const char *role = t->server ? "server" : "client";
     int r;
 
     snprintf(ca, sizeof ca, "%s/ca-cert.pem", dir);
-    snprintf(cert, sizeof cert, "%s/%s-cert.pem", dir, t->server ? "server" : "client");
-    snprintf(key, sizeof key, "%s/%s-key.pem", dir, t->server ? "server" : "client");
+    snprintf(crl, sizeof crl, "%s/ca-crl.pem", dir);
+    snprintf(cert, sizeof cert, "%s/%s-cert.pem", dir, role);
+    snprintf(key, sizeof key, "%s/%s-key.pem", dir, role);
+    t->dir = strdup(dir);
+    for (size_t n = t->dir ? strlen(t->dir) : 0; n > 1 && t->dir[n - 1] == '/'; n--) {
+        t->dir[n - 1] = '\0'; /* "pki/" reads "pki/client-cert.pem" in messages */
+    }
     r = gnutls_certificate_allocate_credentials(&t->x509);
     if (r < 0) {
         return tls_err(r, "credentials");
     }
-    if ((r = check_file(ca, false)) < 0 || (r = check_cert_dates(ca)) < 0) {
+    if ((r = check_file(ca, NULL)) < 0 || (r = check_cert_dates(ca)) < 0) {
         return r;
     }
     r = gnutls_certificate_set_x509_trust_file(t->x509, ca, GNUTLS_X509_FMT_PEM);
     if (r < 0) {
         return tls_err(r, ca);
     }
-    /* A client certificate is optional; a server certificate is not. */
-    have_cert = access(cert, F_OK) == 0;
-    if (t->server || have_cert) {
-        if ((r = check_file(cert, false)) < 0 || (r = check_file(key, true)) < 0 ||
-            (r = check_cert_dates(cert)) < 0) {
-            return r;
-        }
-        r = gnutls_certificate_set_x509_key_file(t->x509, cert, key, GNUTLS_X509_FMT_PEM);
-        if (r < 0) {
-            return tls_err(r, cert);
-        }
+    if ((r = load_crl(t, crl, ca)) < 0) {
+        return r;
     }
-    return 0;
+    /* A client certificate is optional; a server certificate is not. */
+    t->have_cert = access(cert, F_OK) == 0;
+    if (!t->server && !t->have_cert) {
+        return 0;
+    }
+    if ((r = check_file(cert, NULL)) < 0 || (r = check_file(key, "private key")) < 0 ||
+        (r = check_cert_dates(cert)) < 0) {
+        return r;
+    }
+    r = gnutls_certificate_set_x509_key_file(t->x509, cert, key, GNUTLS_X509_FMT_PEM);
+    return r < 0 ? tls_err(r, cert) : 0;
 }
 
-/* The first (or the named) identity and its key from a psktool file. */
-static int read_psk(const char *path, const char *want, char **identity, gnutls_datum_t *key)
+/* Every identity and key of a psktool file ("identity:hexkey" lines). */
+static int read_psk_file(struct nbd_tls *t, const char *path)
 {
     FILE *f = fopen(path, "r");
     char line[1024];
-    int r = err_setx(ENOENT, "TLS: no PSK identity %s%s%sin %s", want ? "'" : "", want ? want : "",
-                     want ? "' " : "", path);
+    unsigned lineno = 0;
+    int r = 0;
 
     if (!f) {
         return err_set(errno, "TLS: %s", path);
     }
-    while (fgets(line, sizeof line, f)) {
+    while (r == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
         char *colon = strchr(line, ':');
         if (!colon) {
             continue;
         }
         *colon = '\0';
-        line[strcspn(line, "\r\n")] = '\0';
-        char *hex = colon + 1;
-        hex[strcspn(hex, "\r\n")] = '\0';
-        if (want && strcmp(line, want) != 0) {
-            continue;
+        if (t->n_keys % 16 == 0) {
+            struct nbd_tls_psk *k = realloc(t->keys, (t->n_keys + 16) * sizeof *k);
+            if (!k) {
+                r = err_set(ENOMEM, "TLS: %s", path);
+                break;
+            }
+            t->keys = k;
         }
-        gnutls_datum_t hexd = {(unsigned char *)hex, (unsigned)strlen(hex)};
-        int g = gnutls_hex_decode2(&hexd, key);
-        r = g < 0 ? tls_err(g, "PSK key") : 0;
-        *identity = r == 0 ? strdup(line) : NULL;
-        break;
+        struct nbd_tls_psk *k = &t->keys[t->n_keys];
+        gnutls_datum_t hex = {(unsigned char *)colon + 1, (unsigned)strlen(colon + 1)};
+        int g = gnutls_hex_decode2(&hex, &k->key);
+        if (g < 0) {
+            r = err_setx(EINVAL, "TLS: %s line %u: the key is not hexadecimal (%s)", path, lineno,
+                         gnutls_strerror(g));
+        } else if (!(k->id = strdup(line))) {
+            gnutls_free(k->key.data);
+            r = err_set(ENOMEM, "TLS: %s", path);
+        } else {
+            t->n_keys++;
+        }
     }
     fclose(f);
     return r;
 }
 
+const struct nbd_tls_psk *nbd_tls_psk_find(const struct nbd_tls *t, const char *id)
+{
+    for (unsigned i = 0; i < t->n_keys; i++) {
+        if (!id || strcmp(t->keys[i].id, id) == 0) {
+            return &t->keys[i];
+        }
+    }
+    return NULL;
+}
+
+/* GnuTLS asks a server for the key of the identity a client offers.  We
+ * look it up ourselves, rather than let GnuTLS read the file, so that the
+ * session knows whether the identity was unknown or its key wrong. */
+static int psk_lookup(gnutls_session_t s, const char *id, gnutls_datum_t *key)
+{
+    struct nbd_tls_session *ts = gnutls_session_get_ptr(s);
+    const struct nbd_tls_psk *k = nbd_tls_psk_find(ts->t, id);
+
+    snprintf(ts->psk_offered, sizeof ts->psk_offered, "%s", id);
+    ts->psk_unknown = !k;
+    if (!k || !(key->data = gnutls_malloc(k->key.size))) {
+        return -1;
+    }
+    memcpy(key->data, k->key.data, k->key.size);
+    key->size = k->key.size;
+    return 0;
+}
+
+/* A client uses the first identity of the file, or the one asked for. */
 static int load_psk(struct nbd_tls *t, const struct nbd_tls_config *c)
 {
-    int r = check_file(c->psk_file, true);
+    int r = check_file(c->psk_file, "PSK file");
 
-    if (r < 0) {
+    if (r < 0 || (r = read_psk_file(t, c->psk_file)) < 0) {
         return r;
     }
     t->psk = true;
+    t->psk_file = strdup(c->psk_file);
+    if (t->n_keys == 0) {
+        return err_setx(EINVAL, "TLS: %s holds no identity:key line (psktool writes them)",
+                        c->psk_file);
+    }
     if (t->server) {
-        r = gnutls_psk_allocate_server_credentials(&t->psk_server);
-        if (r == 0) {
-            r = gnutls_psk_set_server_credentials_file(t->psk_server, c->psk_file);
+        int g = gnutls_psk_allocate_server_credentials(&t->psk_server);
+        if (g < 0) {
+            return tls_err(g, c->psk_file);
         }
-        return r < 0 ? tls_err(r, c->psk_file) : 0;
+        gnutls_psk_set_server_credentials_function(t->psk_server, psk_lookup);
+        return 0;
     }
-    CLEANUP_FREE char *identity = NULL;
-    gnutls_datum_t key = {0};
-    r = read_psk(c->psk_file, c->psk_identity, &identity, &key);
-    if (r < 0) {
-        return r;
+    const struct nbd_tls_psk *k = nbd_tls_psk_find(t, c->psk_identity);
+    if (!k) {
+        return err_setx(ENOENT, "TLS: no PSK identity '%s' in %s", c->psk_identity, c->psk_file);
     }
+    t->psk_identity = strdup(k->id);
     int g = gnutls_psk_allocate_client_credentials(&t->psk_client);
     if (g == 0) {
-        g = gnutls_psk_set_client_credentials(t->psk_client, identity, &key, GNUTLS_PSK_KEY_RAW);
+        g = gnutls_psk_set_client_credentials(t->psk_client, k->id, &k->key, GNUTLS_PSK_KEY_RAW);
     }
-    gnutls_free(key.data);
     return g < 0 ? tls_err(g, c->psk_file) : 0;
 }
 
@@ -210,7 +321,7 @@ static int load_authz(struct nbd_tls *t, const char *path)
         return err_set(errno, "--tls-authz %s", path);
     }
     t->have_authz = true;
-    while (fgets(line, sizeof line, f) && t->n_authz < MAX_AUTHZ) {
+    while (fgets(line, sizeof line, f) && t->n_authz < NBD_TLS_MAX_AUTHZ) {
         line[strcspn(line, "\r\n")] = '\0';
         if (line[0] && line[0] != '#') {
             t->authz[t->n_authz++] = strdup(line);
@@ -225,25 +336,29 @@ int nbd_tls_new(struct nbd_tls **out, const struct nbd_tls_config *c, bool serve
     struct nbd_tls *t = calloc(1, sizeof *t);
     const char *prio;
     const char *bad = NULL;
-    int r;
+    int r = 0;
 
     if (!t) {
         return err_set(ENOMEM, "TLS");
     }
     t->server = server;
-    /* An authorization list of certificate names needs the certificate. */
-    t->verify_peer = c->verify_peer || (server && c->authz_file && c->creds_dir);
+    t->verify_peer = server && c->creds_dir && !c->no_verify_peer;
     if (c->hostname) {
         t->hostname = strdup(c->hostname);
     }
     if (!!c->creds_dir == !!c->psk_file) {
-        nbd_tls_free(t);
-        return err_setx(EINVAL,
-                        "TLS needs either X.509 credentials (--tls-creds) or a PSK file "
-                        "(--tls-psk), not %s",
-                        c->creds_dir ? "both" : "neither");
+        r = err_setx(EINVAL,
+                     "TLS needs either X.509 credentials (--tls-creds) or a PSK file "
+                     "(--tls-psk), not %s",
+                     c->creds_dir ? "both" : "neither");
+    } else if (server && c->creds_dir && c->authz_file && !t->verify_peer) {
+        /* The names --tls-authz lists come from client certificates. */
+        r = err_setx(EINVAL, "--tls-authz with X.509 needs client certificates "
+                             "(--tls-verify-peer=on)");
     }
-    r = c->creds_dir ? load_x509(t, c->creds_dir) : load_psk(t, c);
+    if (r == 0) {
+        r = c->creds_dir ? load_x509(t, c->creds_dir) : load_psk(t, c);
+    }
     if (r == 0 && c->authz_file) {
         r = load_authz(t, c->authz_file);
     }
@@ -284,6 +399,14 @@ void nbd_tls_free(struct nbd_tls *t)
         free(t->authz[i]);
     }
     free(t->hostname);
+    free(t->dir);
+    free(t->psk_file);
+    free(t->psk_identity);
+    for (unsigned i = 0; i < t->n_keys; i++) {
+        free(t->keys[i].id);
+        gnutls_free(t->keys[i].key.data);
+    }
+    free(t->keys);
     free(t);
 }
 
@@ -353,7 +476,7 @@ static bool dn_matches(const char *want, const char *have)
     return fwd || rev;
 }
 
-static bool authorized(const struct nbd_tls *t, const char *who)
+bool nbd_tls_authorized(const struct nbd_tls *t, const char *who)
 {
     if (!t->have_authz) {
         return true;
@@ -364,194 +487,6 @@ static bool authorized(const struct nbd_tls *t, const char *who)
         }
     }
     return false;
-}
-
-/* Who is on the other side: the certificate's DN or the PSK identity. */
-static int peer_identity(struct nbd_tls *t, gnutls_session_t s, char *peer, size_t len)
-{
-    peer[0] = '\0';
-    if (t->psk) {
-        const char *u = gnutls_psk_server_get_username(s);
-        snprintf(peer, len, "%s", u ? u : "");
-        return 0;
-    }
-    unsigned n = 0;
-    const gnutls_datum_t *chain = gnutls_certificate_get_peers(s, &n);
-    if (!chain || n == 0) {
-        return 0;
-    }
-    gnutls_x509_crt_t crt;
-    if (gnutls_x509_crt_init(&crt) < 0) {
-        return -ENOMEM;
-    }
-    if (gnutls_x509_crt_import(crt, &chain[0], GNUTLS_X509_FMT_DER) == 0) {
-        size_t sz = len;
-        if (gnutls_x509_crt_get_dn(crt, peer, &sz) < 0) {
-            peer[0] = '\0';
-        }
-    }
-    gnutls_x509_crt_deinit(crt);
-    return 0;
-}
-
-int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nbd_tls_session **out,
-                      char *peer, size_t peer_len)
-{
-    struct nbd_tls_session *ts = calloc(1, sizeof *ts);
-    gnutls_session_t s;
-    int g, r = 0;
-
-    if (!ts) {
-        return err_set(ENOMEM, "TLS session");
-    }
-    g = gnutls_init(&s, t->server ? GNUTLS_SERVER : GNUTLS_CLIENT);
-    if (g < 0) {
-        free(ts);
-        return tls_err(g, "session");
-    }
-    ts->s = s;
-    ts->fd = fd;
-    gnutls_priority_set(s, t->priority);
-    if (t->x509) {
-        gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, t->x509);
-        if (t->server) {
-            gnutls_certificate_server_set_request(s, t->verify_peer ? GNUTLS_CERT_REQUIRE
-                                                                    : GNUTLS_CERT_IGNORE);
-        } else {
-            /* Verify the server against our CA (and its name when given). */
-            gnutls_session_set_verify_cert(s, t->hostname, 0);
-            if (t->hostname) {
-                gnutls_server_name_set(s, GNUTLS_NAME_DNS, t->hostname, strlen(t->hostname));
-            }
-        }
-    } else {
-        gnutls_credentials_set(s, GNUTLS_CRD_PSK,
-                               t->server ? (void *)t->psk_server : (void *)t->psk_client);
-    }
-    gnutls_transport_set_int(s, fd);
-    if (deadline_ns) {
-        uint64_t now = clock_ns();
-        unsigned ms = deadline_ns > now ? (unsigned)((deadline_ns - now) / 1000000) + 1 : 1;
-        gnutls_handshake_set_timeout(s, ms);
-    }
-    do {
-        g = gnutls_handshake(s);
-    } while (g < 0 && !gnutls_error_is_fatal(g));
-    if (g < 0) {
-        r = tls_err(g, "handshake failed");
-    }
-    if (r == 0 && t->server && t->x509 && t->verify_peer) {
-        unsigned status = 0;
-        g = gnutls_certificate_verify_peers2(s, &status);
-        if (g < 0 || status) {
-            r = err_setx(EACCES, "TLS: the client certificate is not signed by our CA or is "
-                                 "invalid");
-        }
-    }
-    if (r == 0 && t->server) {
-        peer_identity(t, s, peer, peer_len);
-        if (!authorized(t, peer)) {
-            r = err_setx(EACCES, "TLS: client '%s' is not in the --tls-authz list", peer);
-        }
-    }
-    if (r < 0) {
-        gnutls_deinit(s);
-        free(ts);
-        return r;
-    }
-    *out = ts;
-    return 0;
-}
-
-ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
-{
-    for (;;) {
-        ssize_t n = gnutls_record_recv(s->s, buf, len);
-        if (n >= 0) {
-            return n;
-        }
-        if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
-            continue;
-        }
-        if (n == GNUTLS_E_PREMATURE_TERMINATION) {
-            return 0; /* peer went away without a goodbye: end of stream */
-        }
-        return -ECONNRESET;
-    }
-}
-
-/* One gnutls_record_send until all of it is sent. */
-static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = gnutls_record_send(s->s, p, len);
-        if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
-            continue;
-        }
-        if (n < 0) {
-            return -EPIPE;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* Small pieces (a reply header, a short payload) are gathered so they go
- * out as one record; a large payload is encrypted straight from its buffer
- * once the gathered part is full.  So a 1 MiB read reply costs one 16 KiB
- * copy, not the full copy that gnutls_record_cork would make. */
-int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
-{
-    uint8_t stage[16384]; /* the TLS maximum record payload */
-    size_t used = 0;
-
-    for (int i = 0; i < iovcnt; i++) {
-        const uint8_t *p = iov[i].iov_base;
-        size_t left = iov[i].iov_len;
-        while (left > 0) {
-            if (used == 0 && left >= sizeof stage) {
-                if (tls_send_all(s, p, left) < 0) {
-                    return -EPIPE;
-                }
-                break;
-            }
-            size_t n = MIN(left, sizeof stage - used);
-            memcpy(stage + used, p, n);
-            used += n;
-            p += n;
-            left -= n;
-            if (used == sizeof stage) {
-                if (tls_send_all(s, stage, used) < 0) {
-                    return -EPIPE;
-                }
-                used = 0;
-            }
-        }
-    }
-    return tls_send_all(s, stage, used);
-}
-
-bool nbd_tls_pending(struct nbd_tls_session *s)
-{
-    return gnutls_record_check_pending(s->s) > 0;
-}
-
-void nbd_tls_bye(struct nbd_tls_session *s)
-{
-    if (s && !s->bye_sent) {
-        s->bye_sent = true;
-        (void)gnutls_bye(s->s, GNUTLS_SHUT_WR);
-    }
-}
-
-void nbd_tls_session_close(struct nbd_tls_session *s)
-{
-    if (s) {
-        nbd_tls_bye(s);
-        gnutls_deinit(s->s);
-        free(s);
-    }
 }
 
 #else /* !HAVE_GNUTLS */
@@ -579,6 +514,11 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
 {
     (void)t, (void)fd, (void)deadline_ns, (void)out, (void)peer, (void)peer_len;
     return -ENOTSUP;
+}
+
+void nbd_tls_set_deadline(struct nbd_tls_session *s, uint64_t deadline_ns)
+{
+    (void)s, (void)deadline_ns;
 }
 
 ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)

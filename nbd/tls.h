@@ -1,9 +1,13 @@
 /* nbd/tls.h: TLS for NBD with GnuTLS, X.509 or PSK, server and client.
  * Credentials are loaded and checked once (missing or unreadable files,
- * private keys readable by others, expired certificates are refused with
- * a clear message); each connection gets a session after NBD_OPT_STARTTLS.
- * A session's recv and send may run at the same time from two threads, as
- * GnuTLS allows for the record layer. */
+ * private keys open to others, expired certificates, a stale or foreign
+ * revocation list are refused with a message that says what to fix); each
+ * connection gets a session after NBD_OPT_STARTTLS.  A server with X.509
+ * credentials requires a client certificate signed by its CA unless told
+ * otherwise.  Every failure records a message naming its cause (no
+ * certificate, unknown CA, revoked, expired, wrong host name, wrong PSK,
+ * no common version, peer gone).  A session's recv and send may run at the
+ * same time from two threads, as GnuTLS allows for the record layer. */
 #ifndef DISKIMG_NBD_TLS_H
 #define DISKIMG_NBD_TLS_H
 
@@ -14,11 +18,11 @@
 #include <sys/uio.h>
 
 struct nbd_tls_config {
-    const char *creds_dir;    /* X.509: ca-cert.pem, server-cert.pem/key (or client-*) */
+    const char *creds_dir;    /* X.509: ca-cert.pem, ca-crl.pem, server-* or client-* */
     const char *psk_file;     /* psktool format: identity:hexkey per line */
     const char *psk_identity; /* client: which identity (default: the first) */
     const char *priority;     /* GnuTLS priority string (NULL: our default) */
-    bool verify_peer;         /* server: require a client certificate from the CA */
+    bool no_verify_peer;      /* server, X.509: do not ask for a client certificate */
     const char *authz_file;   /* server: allowed client DNs or PSK identities, one per line */
     const char *hostname;     /* client: name the server certificate must carry (NULL: CA only) */
 };
@@ -31,9 +35,18 @@ void nbd_tls_free(struct nbd_tls *t);
 bool nbd_tls_available(void);
 
 /* Handshake on fd; deadline 0 = none.  *peer gets the client's DN or PSK
- * identity (server side), for logs and authorization. */
+ * identity (server side), for logs and authorization.  The deadline stays
+ * on the session: every record read or written gives up at it (-ETIMEDOUT)
+ * until nbd_tls_set_deadline changes it, so a peer that stalls inside a
+ * record cannot hold the connection past the NBD handshake's limit. */
 int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nbd_tls_session **out,
                       char *peer, size_t peer_len);
+/* A new deadline for the session's I/O (CLOCK_MONOTONIC ns), 0 = none:
+ * the NBD handshake is over.  s may be NULL. */
+void nbd_tls_set_deadline(struct nbd_tls_session *s, uint64_t deadline_ns);
+/* Received bytes; 0 at the end of the stream; -errno with a message.
+ * With a deadline set (the NBD handshake), a stream that ends before a
+ * first record is -ECONNRESET with a message guessing why. */
 ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len);
 /* Sends all of iov (one or more records); 0 or -errno. */
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt);

@@ -149,6 +149,23 @@ class Conn:
         finally:
             self.sock.settimeout(old)
 
+    def closes(self, timeout=20):
+        """Wait until the server closes the connection, discarding what
+        it sends before (a TLS alert that says why, say): True if it
+        closes within the timeout."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            while self.sock.recv(4096):
+                pass
+            return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+        finally:
+            self.sock.settimeout(old)
+
     def close(self):
         self.sock.close()
 

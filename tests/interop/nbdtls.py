@@ -3,10 +3,15 @@ module (X.509 only: Python's ssl has no TLS-PSK before 3.13).
 
     c = nbdraw.connect(path)
     c.greeting(); c.send_client_flags()
-    version = starttls(c, ca="ca-cert.pem")   # c.sock is now the TLS socket
+    version = starttls(c, "pki/client")   # c.sock is now the TLS socket
     c.go(b"")
+
+The credentials are a directory in qemu's layout (ca-cert.pem, and
+client-cert.pem with client-key.pem when present, which a server that
+verifies its clients needs), or a CA file alone.
 """
 
+import os
 import ssl
 
 import nbdraw as n
@@ -19,9 +24,16 @@ class HandshakeFailed(Exception):
 
 
 def context(ca, cert=None, key=None, version=None):
-    """A client context trusting ca; version pins one protocol version
+    """A client context trusting ca (a file, or a directory as above,
+    whose client certificate is then presented); version pins one protocol version
     ("TLSv1_1", "TLSv1_2", "TLSv1_3"), lowering OpenSSL's security level
     so that an old version is really offered."""
+    if os.path.isdir(ca):
+        d = ca
+        ca = os.path.join(d, "ca-cert.pem")
+        if cert is None and os.path.exists(os.path.join(d, "client-cert.pem")):
+            cert = os.path.join(d, "client-cert.pem")
+            key = os.path.join(d, "client-key.pem")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(ca)
     ctx.check_hostname = False
