@@ -54,6 +54,9 @@ static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     }
     for (;;) {
         ssize_t n = recv(ts->fd, buf, len, 0);
+        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+            ts->peer_gone = true;
+        }
         if (n >= 0 || errno != EINTR) {
             return n;
         }
@@ -100,6 +103,9 @@ static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
             return -1;
         }
         ssize_t n = sendmsg(ts->fd, &msg, MSG_NOSIGNAL | (ts->deadline_ns ? MSG_DONTWAIT : 0));
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+            ts->peer_gone = true;
+        }
         if (n >= 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
             return n;
         }

@@ -289,11 +289,20 @@ int nbd_tls_why_handshake(struct nbd_tls_session *ts, int gerr)
     if (ts->timed_out) {
         return err_setx(ETIMEDOUT, "TLS: the handshake did not finish in time");
     }
+    if (ts->peer_gone && gerr != GNUTLS_E_FATAL_ALERT_RECEIVED) {
+        /* whatever GnuTLS made of a record cut short */
+        return peer_gone(ts, ECONNRESET, "during the TLS handshake");
+    }
     switch (gerr) {
     case GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR:
         return nbd_tls_why_status(ts, gnutls_session_get_verify_cert_status(ts->s));
     case GNUTLS_E_CERTIFICATE_REQUIRED:
     case GNUTLS_E_NO_CERTIFICATE_FOUND:
+        /* Up to TLS 1.2, GnuTLS says "no certificate" also when the
+         * client sent an alert where its certificate belonged. */
+        if (ts->t->server && gnutls_alert_get(ts->s) > GNUTLS_A_CLOSE_NOTIFY) {
+            return why_alert(ts, gnutls_alert_get(ts->s));
+        }
         if (ts->t->server) {
             return no_client_cert();
         }

@@ -121,18 +121,30 @@ static int check_crl(const char *crl_path, const char *ca_path)
         r = err_setx(EINVAL, "TLS: %s holds no revocation list", crl_path);
     }
     for (unsigned i = 0; r == 0 && i < n_crl; i++) {
-        unsigned status = 0;
+        unsigned st = 0;
         time_t next = gnutls_x509_crl_get_next_update(crls[i]);
-        if (gnutls_x509_crl_verify(crls[i], cas, n_ca, 0, &status) < 0 || status) {
-            r = err_setx(EINVAL, "TLS: revocation list %s is not signed by the CA in %s", crl_path,
-                         ca_path);
-        } else if (gnutls_x509_crl_get_this_update(crls[i]) > now) {
+        if (gnutls_x509_crl_get_this_update(crls[i]) > now) {
             r = err_setx(EKEYEXPIRED, "TLS: revocation list %s is not valid yet", crl_path);
         } else if (next != (time_t)-1 && next < now) {
             r = err_setx(EKEYEXPIRED,
                          "TLS: revocation list %s is out of date (its next update was due); "
                          "issue a new one with certtool --generate-crl",
                          crl_path);
+        } else if (gnutls_x509_crl_verify(crls[i], cas, n_ca, 0, &st) < 0 ||
+                   (st & (GNUTLS_CERT_SIGNER_NOT_FOUND | GNUTLS_CERT_SIGNATURE_FAILURE))) {
+            r = err_setx(EINVAL, "TLS: revocation list %s is not signed by the CA in %s", crl_path,
+                         ca_path);
+        } else if (st & GNUTLS_CERT_SIGNER_CONSTRAINTS_FAILURE) {
+            r = err_setx(EINVAL,
+                         "TLS: revocation list %s: the CA certificate %s does not allow signing "
+                         "revocation lists (certtool template: crl_signing_key)",
+                         crl_path, ca_path);
+        } else if (st) {
+            gnutls_datum_t out = {0};
+            gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &out, 0);
+            r = err_setx(EINVAL, "TLS: revocation list %s is not valid: %s", crl_path,
+                         out.data ? (char *)out.data : "?");
+            gnutls_free(out.data);
         }
     }
     for (unsigned i = 0; i < n_crl; i++) {
