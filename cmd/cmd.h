@@ -65,7 +65,8 @@ struct blk_image_opts;
 /* Applies a TLS option to o; returns true if c was one. */
 bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o);
 #define CMD_TLS_HELP                                                                               \
-    "      --tls-creds=DIR    nbds:// X.509 credentials (DIR/ca-cert.pem, client-*)\n"             \
+    "      --tls-creds=DIR    nbds:// X.509: DIR/ca-cert.pem, client-cert.pem and\n"               \
+    "                         client-key.pem (a server may require them), ca-crl.pem\n"            \
     "      --tls-psk=FILE     nbds:// pre-shared keys (psktool format)\n"                          \
     "      --tls-username=ID  PSK identity (default: the file's first)\n"
 

@@ -12,9 +12,10 @@
 #   -d DIR     scratch directory (default /var/tmp/diskimg-tls-bench)
 #
 # Configs: diskimg (serve --tls-creds), qemu-nbd (--object tls-creds-x509),
-# nbdkit (--tls=require --tls-certificates), each on its own copy of the
-# image, page cache warm, cache mode writeback everywhere (the defaults).
-# Every server requires TLS and sees the same client certificate.
+# nbdkit (--tls=require --tls-certificates --tls-verify-peer), each on its
+# own copy of the image, page cache warm, cache mode writeback everywhere
+# (the defaults).  Every server requires TLS and verifies the same client
+# certificate (diskimg and qemu-nbd do by default, nbdkit when told).
 #
 # Workloads, one connection each (nbd-fua-client.py over nbds+unix://):
 #   seqread-1m-qd8    1 MiB sequential reads, 8 in flight    MB/s
@@ -102,7 +103,7 @@ start_server() { # CONFIG IMG SOCK
                 --object "tls-creds-x509,id=tls0,dir=$PKI/server,endpoint=server" \
                 --tls-creds tls0 "$img" 2>>"$DIR/server.log" & ;;
     nbdkit) nbdkit -f -U "$sock" --tls=require --tls-certificates="$PKI/server" \
-              file "$img" 2>>"$DIR/server.log" & ;;
+              --tls-verify-peer file "$img" 2>>"$DIR/server.log" & ;;
   esac
   SERVER=$!
   PIDS+=("$SERVER")
