@@ -55,7 +55,7 @@ static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     for (;;) {
         ssize_t n = recv(ts->fd, buf, len, 0);
         if (n == 0 || (n < 0 && errno == ECONNRESET)) {
-            ts->peer_gone = true;
+            ts->pull_gone = true;
         }
         if (n >= 0 || errno != EINTR) {
             return n;
@@ -104,7 +104,7 @@ static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
         }
         ssize_t n = sendmsg(ts->fd, &msg, MSG_NOSIGNAL | (ts->deadline_ns ? MSG_DONTWAIT : 0));
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-            ts->peer_gone = true;
+            ts->push_gone = true;
         }
         if (n >= 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
             return n;

@@ -289,7 +289,7 @@ int nbd_tls_why_handshake(struct nbd_tls_session *ts, int gerr)
     if (ts->timed_out) {
         return err_setx(ETIMEDOUT, "TLS: the handshake did not finish in time");
     }
-    if (ts->peer_gone && gerr != GNUTLS_E_FATAL_ALERT_RECEIVED) {
+    if ((ts->pull_gone || ts->push_gone) && gerr != GNUTLS_E_FATAL_ALERT_RECEIVED) {
         /* whatever GnuTLS made of a record cut short */
         return peer_gone(ts, ECONNRESET, "during the TLS handshake");
     }

@@ -12,6 +12,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "tls.h"
 
 #ifdef HAVE_GNUTLS
@@ -99,8 +100,10 @@ static int check_cert_dates(const char *path)
     return r;
 }
 
-/* A revocation list must come from our CA and be current: a stale one
- * makes GnuTLS refuse every certificate, which is better said at start. */
+/* A revocation list must come from our CA: GnuTLS would not apply one
+ * from another CA, and the certificates it lists would get in.  One that
+ * is out of date (or dated in the future: a clock off) still revokes what
+ * it lists, as GnuTLS uses it, so it is only worth a warning. */
 static int check_crl(const char *crl_path, const char *ca_path)
 {
     gnutls_x509_crt_t *cas = NULL;
@@ -124,14 +127,20 @@ static int check_crl(const char *crl_path, const char *ca_path)
         unsigned st = 0;
         time_t next = gnutls_x509_crl_get_next_update(crls[i]);
         if (gnutls_x509_crl_get_this_update(crls[i]) > now) {
-            r = err_setx(EKEYEXPIRED, "TLS: revocation list %s is not valid yet", crl_path);
+            log_warn("TLS: revocation list %s is dated in the future (is the clock right?); "
+                     "the certificates it lists are refused",
+                     crl_path);
         } else if (next != (time_t)-1 && next < now) {
-            r = err_setx(EKEYEXPIRED,
-                         "TLS: revocation list %s is out of date (its next update was due); "
-                         "issue a new one with certtool --generate-crl",
-                         crl_path);
-        } else if (gnutls_x509_crl_verify(crls[i], cas, n_ca, 0, &st) < 0 ||
-                   (st & (GNUTLS_CERT_SIGNER_NOT_FOUND | GNUTLS_CERT_SIGNATURE_FAILURE))) {
+            log_warn("TLS: revocation list %s is out of date (its next update was due); the "
+                     "certificates it lists are refused, but issue a new one with certtool "
+                     "--generate-crl",
+                     crl_path);
+        }
+        int g = gnutls_x509_crl_verify(crls[i], cas, n_ca, 0, &st);
+        st &= ~(unsigned)(GNUTLS_CERT_INVALID | GNUTLS_CERT_EXPIRED | GNUTLS_CERT_NOT_ACTIVATED |
+                          GNUTLS_CERT_REVOCATION_DATA_SUPERSEDED |
+                          GNUTLS_CERT_REVOCATION_DATA_ISSUED_IN_FUTURE); /* dates: above */
+        if (g < 0 || (st & (GNUTLS_CERT_SIGNER_NOT_FOUND | GNUTLS_CERT_SIGNATURE_FAILURE))) {
             r = err_setx(EINVAL, "TLS: revocation list %s is not signed by the CA in %s", crl_path,
                          ca_path);
         } else if (st & GNUTLS_CERT_SIGNER_CONSTRAINTS_FAILURE) {

@@ -1,7 +1,7 @@
 /* nbd/tls.h: TLS for NBD with GnuTLS, X.509 or PSK, server and client.
  * Credentials are loaded and checked once (missing or unreadable files,
- * private keys open to others, expired certificates, a stale or foreign
- * revocation list are refused with a message that says what to fix); each
+ * private keys open to others, expired certificates, a revocation list
+ * from another CA are refused with a message that says what to fix); each
  * connection gets a session after NBD_OPT_STARTTLS.  A server with X.509
  * credentials requires a client certificate signed by its CA unless told
  * otherwise.  Every failure records a message naming its cause (no

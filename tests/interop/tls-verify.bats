@@ -102,8 +102,8 @@ start_aux() {
     logged "TLS: the client says our certificate $P/server/server-cert.pem is revoked"
 }
 
-@test "CRL checks at start: another CA's, out of date, empty, unreadable: exit 1, one line" {
-    local d=$TEST_DIR/creds out=$TEST_DIR/out
+@test "CRL checks at start: another CA's, or not a CRL: exit 1, one line, on both sides" {
+    local d=$TEST_DIR/creds
     cp -r "$P/server" "$d"
     check() {
         run --separate-stderr timeout 20 "$DISKIMG" serve -k "$SOCK" --tls-creds="$d" "$IMG"
@@ -114,19 +114,60 @@ start_aux() {
         run --separate-stderr "$DISKIMG" info --tls-creds="$d" "nbds+unix:///?socket=$SOCK"
         [[ $status -eq 1 && $stderr == *"$d/ca-crl.pem"* && $stderr == *"$1"* ]]
     }
-    tls_crl "$P" ca2 "$d/ca-crl.pem" foreign1
+    tls_crl "$P" ca2 "$d/ca-crl.pem" foreign1 >/dev/null
     check "is not signed by the CA in $d/ca-cert.pem"
-    tls_template "$TEST_DIR/old.info" 'crl_this_update_date = "2020-01-01 00:00:00"' \
-        'crl_next_update_date = "2020-02-01 00:00:00"'
-    certtool --generate-crl --load-ca-privkey "$P/gen/ca-key.pem" \
-        --load-ca-certificate "$P/gen/ca-cert.pem" --load-certificate "$P/gen/revoked1-cert.pem" \
-        --template "$TEST_DIR/old.info" --outfile "$d/ca-crl.pem" >/dev/null
-    check "is out of date"
     : >"$d/ca-crl.pem"
     check "ca-crl.pem"
     echo "not a CRL" >"$d/ca-crl.pem"
     check "ca-crl.pem"
+    # a CA that may not sign CRLs (a certtool template without crl_signing_key)
+    local n=$TEST_DIR/nocrl
+    mkdir -p "$n/gen"
+    tls_template "$n/gen/ca.info" 'cn = "no CRL CA"' ca cert_signing_key 'expiration_days = 30'
+    certtool --generate-privkey --key-type=ecdsa --outfile "$n/gen/ca-key.pem" 2>/dev/null
+    certtool --generate-self-signed --load-privkey "$n/gen/ca-key.pem" \
+        --template "$n/gen/ca.info" --outfile "$n/gen/ca-cert.pem" 2>/dev/null
+    cp "$n/gen/ca-cert.pem" "$d/ca-cert.pem"
+    tls_crl "$n" ca "$d/ca-crl.pem" >/dev/null
+    check "does not allow signing revocation lists (certtool template: crl_signing_key)"
     [[ ! -S $SOCK ]]
+}
+
+@test "an out-of-date CRL: a warning at start, and what it lists is still refused" {
+    # a CA from 2019, and a list it issued for January 2020
+    local d=$TEST_DIR/old
+    mkdir -p "$d/gen"
+    (
+        umask 077
+        tls_template "$d/gen/ca.info" 'cn = "old CA"' ca cert_signing_key crl_signing_key \
+            'activation_date = "2019-01-01 00:00:00"' 'expiration_date = "2099-01-01 00:00:00"'
+        certtool --generate-privkey --key-type=ecdsa --outfile "$d/gen/ca-key.pem"
+        certtool --generate-self-signed --load-privkey "$d/gen/ca-key.pem" \
+            --template "$d/gen/ca.info" --outfile "$d/gen/ca-cert.pem"
+        tls_sign "$d" server ca 'cn = "localhost"' 'dns_name = "localhost"' tls_www_server \
+            signing_key encryption_key 'expiration_days = 30'
+        tls_sign "$d" gone ca 'cn = "gone"' tls_www_client signing_key encryption_key \
+            'activation_date = "2019-06-01 00:00:00"' 'expiration_date = "2099-01-01 00:00:00"'
+        tls_sign "$d" kept ca 'cn = "kept"' tls_www_client signing_key encryption_key \
+            'expiration_days = 30'
+        tls_template "$d/gen/crl.info" 'crl_this_update_date = "2020-01-01 00:00:00"' \
+            'crl_next_update_date = "2020-02-01 00:00:00"'
+        certtool --generate-crl --load-ca-privkey "$d/gen/ca-key.pem" \
+            --load-ca-certificate "$d/gen/ca-cert.pem" --load-certificate "$d/gen/gone-cert.pem" \
+            --template "$d/gen/crl.info" --outfile "$d/gen/crl.pem"
+        tls_install "$d" server ca server server
+        cp "$d/gen/crl.pem" "$d/server/ca-crl.pem"
+        tls_install "$d" gone ca client gone
+        tls_install "$d" kept ca client kept
+    ) >"$TEST_DIR/pki.log" 2>&1
+    start_server -t -e 0 --tls-creds="$d/server" "$IMG"
+    logged "warning: TLS: revocation list $d/server/ca-crl.pem is out of date (its next update was due)"
+    run "$DISKIMG" info --tls-creds="$d/kept" "nbds+unix:///?socket=$SOCK"
+    assert_success
+    run --separate-stderr "$DISKIMG" info --tls-creds="$d/gone" "nbds+unix:///?socket=$SOCK"
+    assert_failure
+    [[ $stderr == *"is revoked" ]]
+    logged "the client certificate 'CN=gone' is revoked (listed in $d/server/ca-crl.pem)"
 }
 
 # --- each cause, named on both sides (our client, our server) --------------
