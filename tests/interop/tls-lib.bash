@@ -9,6 +9,7 @@
 #   DIR/server-crl  the same and ca-crl.pem
 #   DIR/client      ca-cert.pem, client-cert.pem, client-key.pem (CN=client1)
 #   DIR/revoked     the same for CN=revoked1, whom crl.pem revokes
+#   DIR/expired     the same for CN=expired1, which expired in 2020
 #   DIR/foreign     our CA's ca-cert.pem, a client certificate (CN=client1)
 #                   signed by another CA
 #   DIR/anon        ca-cert.pem only: no client certificate
@@ -84,6 +85,9 @@ make_tls_pki() {
         tls_sign "$d" client1 ca 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
         tls_sign "$d" revoked1 ca 'organization = "diskimg tests"' 'cn = "revoked1"' "${client[@]}"
         tls_sign "$d" foreign1 ca2 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
+        tls_sign "$d" expired1 ca 'organization = "diskimg tests"' 'cn = "expired1"' \
+            tls_www_client encryption_key signing_key 'activation_date = "2019-01-01 00:00:00"' \
+            'expiration_date = "2020-01-01 00:00:00"'
         tls_crl "$d" ca "$d/gen/crl.pem" revoked1
         tls_install "$d" server ca server server
         tls_install "$d" server-crl ca server server
@@ -91,6 +95,7 @@ make_tls_pki() {
         tls_install "$d" client ca client client1
         tls_install "$d" revoked ca client revoked1
         tls_install "$d" foreign ca client foreign1
+        tls_install "$d" expired ca client expired1
         tls_install "$d" anon ca
         tls_install "$d" other ca2
         mkdir -p "$d/psk" "$d/psk-wrong" "$d/psk-mallory"

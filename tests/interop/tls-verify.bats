@@ -194,6 +194,22 @@ start_aux() {
     logged "TLS: the client certificate 'O=diskimg tests,CN=client1' is not signed by the CA in $P/server/ca-cert.pem (unknown CA)"
 }
 
+@test "an expired client certificate (nbdinfo, qemu-img): 'has expired' in the log" {
+    require_tool nbdinfo qemu-img
+    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    run nbdinfo --size "$(uri expired)"
+    assert_failure
+    assert_output --partial "A TLS fatal alert has been received"
+    run qemu_info expired
+    assert_failure
+    # our own client refuses to present it in the first place
+    run --separate-stderr ours expired
+    assert_failure
+    [[ $stderr == *"certificate $P/expired/client-cert.pem has expired"* ]]
+    stop_server
+    logged "TLS: the client certificate 'O=diskimg tests,CN=expired1' has expired"
+}
+
 @test "a server certificate from another CA, or without the host name: said on both sides" {
     require_tool nbdinfo qemu-img
     start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$P/server" "$IMG"
