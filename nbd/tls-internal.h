@@ -45,6 +45,7 @@ struct nbd_tls_session {
     int fd;
     uint64_t deadline_ns; /* 0: none (see nbd_tls_set_deadline) */
     bool timed_out;       /* the transport gave up at the deadline */
+    bool interrupted;     /* ... or at Ctrl-C (diskimg_interrupted) */
     /* The transport saw the end of the stream or a reset, reading or
      * writing (two flags: a reader and a writer may run at once). */
     bool pull_gone, push_gone;

@@ -22,6 +22,10 @@
 #include "tls-internal.h"
 #include "tls.h"
 
+/* A client's Ctrl-C (diskimg_interrupted) ends a wait in the handshake,
+ * as it does for plain sockets: checked between slices of this length. */
+#define SLICE_MS 200
+
 /* Wait until fd has events or the deadline passes (then errno is
  * ETIMEDOUT and the session remembers why it failed). */
 static int wait_ready(struct nbd_tls_session *ts, short events)
@@ -33,7 +37,12 @@ static int wait_ready(struct nbd_tls_session *ts, short events)
             errno = ETIMEDOUT;
             return -1;
         }
-        int ms = (int)MIN((ts->deadline_ns - now) / 1000000 + 1, (uint64_t)60000);
+        if (diskimg_interrupted) {
+            ts->interrupted = true;
+            errno = EINTR;
+            return -1;
+        }
+        int ms = (int)MIN((ts->deadline_ns - now) / 1000000 + 1, (uint64_t)SLICE_MS);
         struct pollfd p = {.fd = ts->fd, .events = events};
         int r = poll(&p, 1, ms);
         if (r > 0) {
@@ -63,34 +72,48 @@ static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     }
 }
 
-/* GnuTLS asks whether data arrives within ms (TLS 1.3 uses it). */
+/* GnuTLS asks whether data arrives within ms (TLS 1.3 uses it): > 0 yes,
+ * 0 not in time, -1 an error (the deadline passed, or Ctrl-C). */
 static int tls_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms)
 {
     struct nbd_tls_session *ts = ptr;
-    int wait = ms == GNUTLS_INDEFINITE_TIMEOUT ? -1 : (int)MIN(ms, (unsigned)INT_MAX);
-    bool cut = false;
+    uint64_t until =
+        ms == GNUTLS_INDEFINITE_TIMEOUT ? UINT64_MAX : clock_ns() + (uint64_t)ms * 1000000;
+    bool cut = ts->deadline_ns && ts->deadline_ns < until;
 
-    if (ts->deadline_ns) {
+    if (cut) {
+        until = ts->deadline_ns;
+    }
+    for (;;) {
+        if (ts->deadline_ns && diskimg_interrupted) {
+            ts->interrupted = true;
+            errno = EINTR;
+            return -1;
+        }
         uint64_t now = clock_ns();
-        int left = now >= ts->deadline_ns
-                       ? 0
-                       : (int)MIN((ts->deadline_ns - now) / 1000000 + 1, (uint64_t)INT_MAX);
-        if (wait < 0 || wait > left) {
-            wait = left;
-            cut = true;
+        int wait = until == UINT64_MAX ? -1
+                   : now >= until      ? 0
+                                  : (int)MIN((until - now + 999999) / 1000000, (uint64_t)INT_MAX);
+        if (ts->deadline_ns && (wait < 0 || wait > SLICE_MS)) {
+            wait = SLICE_MS;
+        }
+        struct pollfd p = {.fd = ts->fd, .events = POLLIN};
+        int r = poll(&p, 1, wait);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r != 0) {
+            return r;
+        }
+        if (until != UINT64_MAX && clock_ns() >= until) {
+            if (cut) {
+                ts->timed_out = true;
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            return 0;
         }
     }
-    struct pollfd p = {.fd = ts->fd, .events = POLLIN};
-    int r;
-    do {
-        r = poll(&p, 1, wait);
-    } while (r < 0 && errno == EINTR);
-    if (r == 0 && cut) {
-        ts->timed_out = true;
-        errno = ETIMEDOUT;
-        return -1;
-    }
-    return r;
 }
 
 static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
@@ -240,9 +263,9 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
     gnutls_transport_set_vec_push_function(s, tls_push);
     do {
         g = gnutls_handshake(s);
-    } while (g < 0 && !gnutls_error_is_fatal(g));
+    } while (g < 0 && !gnutls_error_is_fatal(g) && !ts->interrupted);
     if (g < 0) {
-        alert = ts->timed_out ? 0 : nbd_tls_alert_for(ts, g);
+        alert = ts->timed_out || ts->interrupted ? 0 : nbd_tls_alert_for(ts, g);
         r = nbd_tls_why_handshake(ts, g);
     } else {
         ts->established = true;
@@ -269,7 +292,7 @@ ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
 {
     for (;;) {
         ssize_t n = gnutls_record_recv(s->s, buf, len);
-        if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
+        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
             continue;
         }
         if (n > 0) {
@@ -290,7 +313,7 @@ static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
 {
     while (len > 0) {
         ssize_t n = gnutls_record_send(s->s, p, len);
-        if (n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) {
+        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
             continue;
         }
         if (n < 0) {

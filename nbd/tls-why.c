@@ -286,6 +286,9 @@ int nbd_tls_why_eof(struct nbd_tls_session *ts)
 
 int nbd_tls_why_handshake(struct nbd_tls_session *ts, int gerr)
 {
+    if (ts->interrupted) {
+        return err_setx(EINTR, "interrupted");
+    }
     if (ts->timed_out) {
         return err_setx(ETIMEDOUT, "TLS: the handshake did not finish in time");
     }
@@ -336,6 +339,9 @@ int nbd_tls_why_handshake(struct nbd_tls_session *ts, int gerr)
 
 int nbd_tls_why_record(struct nbd_tls_session *ts, ssize_t gerr, bool sending)
 {
+    if (ts->interrupted) {
+        return err_setx(EINTR, "interrupted");
+    }
     if (ts->timed_out) {
         return err_setx(ETIMEDOUT, "TLS: the NBD handshake did not finish in time");
     }

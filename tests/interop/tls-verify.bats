@@ -436,3 +436,41 @@ EOF
     assert_output $'stalling\nclosed'
     logged "dropped during the handshake: time limit reached"
 }
+
+@test "our client: Ctrl-C while a server stalls inside the TLS handshake exits 130 promptly" {
+    # a "server" that acknowledges STARTTLS, then sends half a TLS record
+    py "$TEST_DIR/stall.sock" "$TEST_DIR/stalling" <<'PY' &
+import socket, struct, sys, time
+import nbdraw as n
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(4)
+c, _ = s.accept()
+c.sendall(struct.pack(">QQH", n.NBDMAGIC, n.IHAVEOPT, n.FLAG_FIXED_NEWSTYLE))
+c.recv(4)                                       # client flags
+magic, opt, length = struct.unpack(">QII", c.recv(16))
+assert opt == n.OPT_STARTTLS, opt
+c.sendall(struct.pack(">QIII", n.REP_MAGIC, opt, n.REP_ACK, 0))
+c.recv(4096)                                    # the ClientHello
+c.sendall(b"\x16\x03\x03\x00\x40\x02\x00")      # 7 of 69 bytes of a ServerHello
+open(sys.argv[2], "w").close()
+time.sleep(60)
+PY
+    AUX_PIDS+=("$!")
+    wait_until 10 unix_listening "$TEST_DIR/stall.sock"
+    "$DISKIMG" convert -f raw --tls-creds="$P/client" "nbds+unix:///?socket=$TEST_DIR/stall.sock" \
+        "$TEST_DIR/out.raw" 2>"$TEST_DIR/err" &
+    local pid=$!
+    wait_until 10 test -e "$TEST_DIR/stalling"
+    sleep 0.2
+    kill -INT "$pid"
+    # bounded: the client's handshake limit is 30 s, which Ctrl-C must not sit out
+    if ! wait_exit "$pid" 10; then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        echo "convert ignored SIGINT inside the TLS handshake" >&2
+        return 1
+    fi
+    [[ $EXIT_STATUS -eq 130 ]] || { echo "exit $EXIT_STATUS: $(cat "$TEST_DIR/err")" >&2; return 1; }
+    [[ ! -e $TEST_DIR/out.raw ]]
+}
