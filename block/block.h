@@ -6,6 +6,7 @@
 #ifndef DISKIMG_BLOCK_BLOCK_H
 #define DISKIMG_BLOCK_BLOCK_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,6 +101,18 @@ struct blk_image_opts {
     bool no_backing;         /* metadata only: leave the backing file closed */
     bool for_check;          /* for check: report (do not repair) a dirty image, and allow
                                 repairing one marked corrupt */
+    /* Locking (qemu's image locks, block/file-lock.h): a reader needs
+     * consistent reads, a writer writes too, resize grows or shrinks it;
+     * none lets another process write or resize the image (-EBUSY, see
+     * BLK_E_IN_USE).  force_share (read-only only, qemu's -U) shares
+     * everything, so it opens an image others write. */
+    bool resize;
+    bool force_share;
+    /* Other images of this process (the exports of one server) may use
+     * the same file as they like, where the format allows it: windows of
+     * one raw disk written side by side, a qcow2 snapshot beside the live
+     * image.  Two writers of one qcow2 file are still refused. */
+    bool share_in_process;
     /* nbds:// credentials (--tls-creds, --tls-psk, --tls-username) */
     const char *tls_creds;
     const char *tls_psk;
@@ -110,6 +123,11 @@ struct blk_image_opts {
 };
 
 struct blk_image;
+
+/* The error (negated) of blk_image_open and blk_create when another
+ * process, or another image of this one, uses a file in a way that
+ * conflicts (its locks say so); cmd/ gives it its own exit status. */
+#define BLK_E_IN_USE EBUSY
 
 /* Opens the stack; on failure returns -errno with a message set. */
 int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts);
@@ -260,6 +278,8 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
 
 /* ---- Creating images (qemu-img create) ---- */
 
+struct blk_file_lock;
+
 struct blk_create_opts {
     const char *filename;
     const char *format; /* "raw", "qcow2" */
@@ -269,10 +289,17 @@ struct blk_create_opts {
     const char *backing_format; /* -F; probed when NULL */
     const char *options;        /* -o key=value,... (format specific) */
     bool no_open_backing;       /* -u: trust size and backing format as given */
+    /* Non-NULL: the file's locks stay held here after blk_create returns
+     * (until blk_file_lock_release), keeping other processes out until the
+     * caller has opened the new image itself (convert). */
+    struct blk_file_lock **keep_lock;
 };
+void blk_file_lock_release(struct blk_file_lock *l);
 
-/* Create (or truncate) the file and format it.  *summary (malloc'd) gets
- * the option list qemu-img prints after "Formatting 'FILE', ". */
+/* Lock the file (creating it if missing), then truncate and format it: a
+ * file another process uses stays as it was (BLK_E_IN_USE).  *summary
+ * (malloc'd) gets the option list qemu-img prints after "Formatting
+ * 'FILE', ". */
 int blk_create(const struct blk_create_opts *o, char **summary);
 /* Help text for -o help, or NULL if the format has no options. */
 const char *blk_create_options_help(const char *format);

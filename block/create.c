@@ -1,13 +1,15 @@
 /* block/create.c: creating images.  The generic part creates (or
- * truncates) the file and hands the empty protocol node to the format
- * driver's create op. */
+ * truncates) the file, locked first as qemu-img create does, and hands
+ * the empty protocol node to the format driver's create op. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.h"
 #include "driver.h"
+#include "file-lock.h"
 
 const char *blk_create_options_help(const char *format)
 {
@@ -16,14 +18,59 @@ const char *blk_create_options_help(const char *format)
     return drv ? drv->create_help : NULL;
 }
 
+/* Open (or create) the file and lock it as a writer that resizes, before
+ * anything changes it; then empty it.  A file that another process uses
+ * stays as it was, and one made here goes again when it cannot be locked. */
+static int create_lock_file(const char *filename, struct blk_file_lock **hold)
+{
+    const struct blk_perms perms = {
+        .perm = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE | BLK_PERM_RESIZE,
+        .shared = BLK_PERM_SHARED_DEFAULT,
+        .shared_here = BLK_PERM_SHARED_DEFAULT, /* (a hold is not checked here) */
+    };
+    bool made = true;
+    struct stat st;
+    int fd, r;
+
+    fd = open(filename, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) {
+        made = false;
+        fd = open(filename, O_RDWR | O_CLOEXEC);
+    }
+    if (fd < 0) {
+        return err_set(errno, "%s", filename);
+    }
+    r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
+    if (r == 0 && fstat(fd, &st) < 0) {
+        r = err_set(errno, "%s: fstat", filename);
+    }
+    if (r == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0) {
+        r = err_set(errno, "%s: truncating", filename);
+    }
+    close(fd); /* the lock keeps its own descriptor */
+    if (r < 0) {
+        blk_file_lock_release(*hold);
+        *hold = NULL;
+        if (made) {
+            unlink(filename);
+        }
+    }
+    return r;
+}
+
 int blk_create(const struct blk_create_opts *o, char **summary)
 {
     const struct blk_driver *drv = blk_find_driver(o->format);
-    struct blk_open_opts fo = {.filename = o->filename};
+    /* Every open of the new file below is covered by the hold. */
+    struct blk_open_opts fo = {.filename = o->filename, .no_lock = true};
+    struct blk_file_lock *hold = NULL;
     struct blk_node *file = NULL;
-    int fd, r;
+    int r;
 
     *summary = NULL;
+    if (o->keep_lock) {
+        *o->keep_lock = NULL;
+    }
     if (!drv || !drv->is_format || !drv->create) {
         return err_setx(EINVAL, "unknown image format '%s' (raw, qcow2)", o->format);
     }
@@ -33,23 +80,26 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (drv->create_check && (r = drv->create_check(o)) < 0) {
         return r; /* an existing file stays as it was */
     }
-    fd = open(o->filename, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return err_set(errno, "%s", o->filename);
-    }
-    close(fd);
-    r = blk_node_open(&file, blk_find_driver("file"), NULL, &fo);
+    r = create_lock_file(o->filename, &hold);
     if (r < 0) {
         return r;
     }
-    file->growable = true;
-    r = drv->create(file, o, summary);
+    r = blk_node_open(&file, blk_find_driver("file"), NULL, &fo);
     if (r == 0) {
-        r = blk_flush(file);
+        file->growable = true;
+        r = drv->create(file, o, summary);
+        if (r == 0) {
+            r = blk_flush(file);
+        }
+        blk_node_close(file);
     }
-    blk_node_close(file);
     if (r < 0) {
         unlink(o->filename); /* no half-formatted image, as qemu-img does */
+    }
+    if (r == 0 && o->keep_lock) {
+        *o->keep_lock = hold;
+    } else {
+        blk_file_lock_release(hold);
     }
     return r;
 }

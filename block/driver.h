@@ -16,6 +16,34 @@
 
 struct blk_node;
 
+/* What a user of a node may do with it and lets others do, as qemu's
+ * BLK_PERM_*: the same bits, since they are the offsets of the lock bytes
+ * other processes read (block/file-lock.h).  Requested at open, flowing
+ * down the stack: a format asks its file child for what it needs itself
+ * (block/perm.c), a backing file is asked for reads only. */
+enum blk_perm {
+    BLK_PERM_CONSISTENT_READ = 1u << 0, /* reads return what was written */
+    BLK_PERM_WRITE = 1u << 1,
+    BLK_PERM_WRITE_UNCHANGED = 1u << 2, /* writes that change no data */
+    BLK_PERM_RESIZE = 1u << 3,
+};
+#define BLK_PERM_ALL 0xfu
+/* What readers and writers of diskimg share: reads, never writes or
+ * resizes (qemu-img's default; LOCKING in diskimg(1) and diskimg-serve(1)
+ * say why, raw images included). */
+#define BLK_PERM_SHARED_DEFAULT (BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED)
+
+/* A user's permissions on a node.  Other processes see 'shared' in the
+ * lock bytes, exactly as qemu would; 'shared_here' is what other users
+ * inside this process may have, which the lock bytes cannot tell apart
+ * (block/file-lock.c checks it): the exports of one server share more
+ * with each other than with the world. */
+struct blk_perms {
+    unsigned perm;        /* held */
+    unsigned shared;      /* left to other processes */
+    unsigned shared_here; /* left to other users of this process */
+};
+
 /* Files above a node in a backing chain, for loop detection. */
 struct blk_chain {
     dev_t dev;
@@ -48,6 +76,11 @@ struct blk_open_opts {
     const char *tls_creds;
     const char *tls_psk;
     const char *tls_username;
+    /* Permissions this node's user needs and shares (enum blk_perm); the
+     * file driver locks them.  Every opener sets them: 0 shares nothing. */
+    struct blk_perms perms;
+    bool force_share;              /* read-only: share everything, whatever is asked (-U) */
+    bool no_lock;                  /* file: a lock of this process covers it already (create) */
     unsigned connections;          /* nbd: at most this many with multi-conn (0, 1: one) */
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
@@ -65,6 +98,14 @@ struct blk_driver {
     /* Probe score for format detection from the first bytes of the image:
      * 0 = not this format.  NULL for protocols. */
     int (*probe)(const uint8_t *buf, size_t len);
+
+    /* Formats: the permissions their file child needs when the node's
+     * user asks for opts->perms (NULL: the same, as raw).  Called after
+     * the probe and before open, with the options open will get. */
+    void (*child_perm)(const struct blk_open_opts *opts, struct blk_perms *child);
+    /* Protocols: change the permissions held since open (NULL: nothing
+     * to lock, as for NBD).  -EBUSY when another user conflicts. */
+    int (*set_perm)(struct blk_node *n, const struct blk_perms *p);
 
     /* Fills supported_*_flags, request_alignment and mem_alignment. */
     int (*open)(struct blk_node *n, const struct blk_open_opts *opts);
@@ -195,6 +236,17 @@ const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);
  * BLK_MAX_CHAIN_DEPTH (block.h). */
 int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const char *protocol,
                    const char *format);
+
+/* Permissions (block/perm.c).  A format's file holding its metadata
+ * (qcow2): it must read it consistently, writes and resizes it when
+ * writable, and lets nobody else write or resize it, read-only or not. */
+void blk_perm_for_metadata(bool writable, const struct blk_perms *in, struct blk_perms *out);
+/* A backing file: reads only, and writes by others are shared only when
+ * the image's own user shares them. */
+void blk_perm_for_backing(const struct blk_perms *in, struct blk_perms *out);
+/* Apply drv's child permissions for o to its file child. */
+int blk_perm_set_child(struct blk_node *file, const struct blk_driver *drv,
+                       const struct blk_open_opts *o);
 
 /* Open a node with the given driver; 'child' (may be NULL) becomes n->file
  * and is owned by the new node from then on, even on failure. */

@@ -6,7 +6,8 @@
  * discard use fallocate (zero range, punch hole) or the block device
  * ioctls, and report -ENOTSUP rather than writing zeroes themselves: the
  * generic layer owns that fallback.  Block status comes from SEEK_DATA and
- * SEEK_HOLE.
+ * SEEK_HOLE.  qemu's image locks (file-lock.c) are taken right after the
+ * open, before the first byte is read, and follow set_perm.
  *
  * O_DIRECT (cache=none/directsync) needs aligned requests; the generic
  * layer pads them, which can carry a write past the end of a file whose
@@ -48,6 +49,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "driver.h"
+#include "file-lock.h"
 #include "file-posix.h"
 
 #define FILE_IOV_MAX 64
@@ -69,6 +71,9 @@ struct file_state {
     bool serial_big_writes;     /* buffered regular file: see the top of the file */
     struct file_stream stream;  /* opts->stream (file-posix-stream.c) */
     pthread_mutex_t big_write_lock;
+    struct blk_file_lock *lock; /* qemu's image locks (file-lock.h) */
+    bool force_share;           /* opts->force_share: share everything */
+    bool no_lock;               /* opts->no_lock: a lock of this process covers the file */
 };
 
 static int file_probe_dio_alignment(struct blk_node *n, int fd)
@@ -165,12 +170,41 @@ static void file_close(struct blk_node *n)
 
     pthread_mutex_destroy(&s->big_write_lock);
     file_stream_destroy(&s->stream);
+    blk_file_lock_release(s->lock);
     if (s->fd >= 0) {
         close(s->fd);
     }
     if (s->tail_fd >= 0) {
         close(s->tail_fd);
     }
+}
+
+/* -U shares everything, whatever the stack above asks. */
+static int file_set_perm(struct blk_node *n, const struct blk_perms *p)
+{
+    struct file_state *s = n->opaque;
+    struct blk_perms mine = *p;
+
+    if (s->force_share) {
+        mine.shared = mine.shared_here = BLK_PERM_ALL;
+    }
+    if (s->no_lock) {
+        return 0;
+    }
+    if (!s->lock) {
+        return blk_file_lock_acquire(&s->lock, s->fd, n->filename, &mine, false);
+    }
+    return blk_file_lock_update(s->lock, &mine);
+}
+
+/* Locked right after the open, before a byte is read or written. */
+static int file_lock(struct blk_node *n, const struct blk_open_opts *opts)
+{
+    struct file_state *s = n->opaque;
+
+    s->force_share = opts->force_share;
+    s->no_lock = opts->no_lock;
+    return file_set_perm(n, &opts->perms);
 }
 
 static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
@@ -182,6 +216,9 @@ static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
     /* Streaming is for the page cache; O_DIRECT has nothing to give back. */
     file_stream_init(&s->stream, opts->stream && !opts->direct);
     r = file_open_fds(n, opts);
+    if (r == 0) {
+        r = file_lock(n, opts);
+    }
     if (r < 0) {
         pthread_mutex_destroy(&s->big_write_lock);
         file_stream_destroy(&s->stream);
@@ -564,6 +601,7 @@ static const struct blk_driver file_driver = {
     .state_size = sizeof(struct file_state),
     .open = file_open,
     .close = file_close,
+    .set_perm = file_set_perm,
     .preadv = file_preadv,
     .pwritev = file_pwritev,
     .pwrite_zeroes = file_pwrite_zeroes,

@@ -47,11 +47,25 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .tls_psk = opts->tls_psk,
         .tls_username = opts->tls_username,
         .connections = opts->nbd_connections,
+        .perms = {.perm = BLK_PERM_CONSISTENT_READ,
+                  .shared = BLK_PERM_SHARED_DEFAULT,
+                  .shared_here = opts->share_in_process ? BLK_PERM_ALL : BLK_PERM_SHARED_DEFAULT},
+        .force_share = opts->force_share,
     };
     struct blk_node *root = NULL;
     struct blk_image *img;
     int r;
 
+    if (!o.read_only) {
+        o.perms.perm |= BLK_PERM_WRITE;
+    }
+    if (opts->resize) {
+        o.perms.perm |= BLK_PERM_RESIZE;
+    }
+    if (opts->force_share && (!o.read_only || opts->resize)) {
+        return err_setx(EINVAL, "%s: force-share (-U) is for images opened read-only",
+                        opts->filename);
+    }
     if (opts->detect_zeroes == BLK_DETECT_ZEROES_UNMAP && opts->discard != BLK_DISCARD_UNMAP) {
         /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
         return err_setx(EINVAL, "detect-zeroes=unmap requires discard=unmap");

@@ -1,7 +1,9 @@
 /* block/stack.c: opening an image as a stack of nodes, a format driver
  * over a protocol driver, for the top of an image and for every backing
  * file below it.  Formats are probed only among registered drivers, and
- * a backing chain may neither loop nor grow without bound. */
+ * a backing chain may neither loop nor grow without bound.  The file is
+ * locked for what the caller asked before the probe reads it, and for
+ * what the format needs before the format reads it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
@@ -80,6 +82,9 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
     }
     file->no_flush = o->no_flush;
     r = blk_pick_format(file, format, &fmt);
+    if (r == 0) {
+        r = blk_perm_set_child(file, fmt, o); /* what the format needs of its file */
+    }
     if (r < 0) {
         blk_node_close(file);
         return r;

@@ -39,10 +39,12 @@ static void bench_usage(FILE *f)
                "  -t CACHE           cache mode (default writeback): writethrough makes every\n"
                "                     write FUA, unsafe drops flushes, even over NBD\n"
                "      --aio=ENGINE   threads (default) or io_uring, for a local image\n"
+               "  -U, --force-share  read an image another process writes (not with -w)\n"
                "      --output=FMT   human (default) or json\n" CMD_TLS_HELP
                "  -h, --help         this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-bench(1).\n");
+               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "See diskimg-bench(1).\n");
 }
 
 struct bench {
@@ -124,6 +126,7 @@ static int bench_run(int argc, char **argv)
         {"pattern", required_argument, NULL, OPT_PATTERN},
         {"aio", required_argument, NULL, OPT_AIO},
         {"output", required_argument, NULL, OPT_OUTPUT},
+        {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -138,7 +141,7 @@ static int bench_run(int argc, char **argv)
     b.size = 4096;
     b.count = 75000;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hf:wd:s:c:o:t:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hf:wd:s:c:o:t:U", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             bench_usage(stdout);
@@ -199,6 +202,9 @@ static int bench_run(int argc, char **argv)
                 return r;
             }
             break;
+        case 'U':
+            o.force_share = true;
+            break;
         case ':':
             return cmd_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -214,12 +220,15 @@ static int bench_run(int argc, char **argv)
     if (b.fua && !b.write) {
         return cmd_usage_error("bench", "--fua needs -w");
     }
+    if (o.force_share && b.write) {
+        return cmd_usage_error("bench", "-U (--force-share) cannot be used with -w, which writes");
+    }
     o.filename = argv[optind];
     o.read_only = !b.write;
     r = blk_image_open(&b.img, &o);
     if (r < 0) {
-        cmd_print_error(r);
-        return EXIT_ERROR;
+        cmd_print_open_error(r, !b.write);
+        return cmd_status(r, EXIT_ERROR);
     }
     uint64_t size = blk_image_size(b.img);
     if (b.offset >= size || size - b.offset < b.size) {

@@ -1,6 +1,7 @@
 /* cmd/check.c: "diskimg check", as qemu-img check: problems on stderr, a
  * summary on stdout (or JSON), and qemu-img's exit codes (0 clean, 1 check
- * not completed, 2 corruptions, 3 leaks only, 63 no check for the format). */
+ * not completed, 2 corruptions, 3 leaks only, 63 no check for the format),
+ * and 5 when the image is in use. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -22,12 +23,15 @@ static void check_usage(FILE *f)
                "  -r, --repair=WHAT    leaks: free leaked clusters; all: also fix corruptions\n"
                "      --output=FMT     human (default) or json\n"
                "  -q, --quiet          print nothing, the exit status tells\n"
-               "  -U, --force-share    accepted for compatibility\n"
+               "  -U, --force-share    check the image even while another process writes it\n"
+               "                       (not with -r; what a writer changes meanwhile may\n"
+               "                       show as errors)\n"
                "  -T CACHE             accepted for compatibility (the check reads "
                "metadata)\n" CMD_TLS_HELP "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
-               "2 corruptions, 3 leaked clusters only, 63 the format has no check (raw).\n"
+               "2 corruptions, 3 leaked clusters only, " CMD_IN_USE_HELP ",\n"
+               "63 the format has no check (raw).\n"
                "See diskimg-check(1).\n");
 }
 
@@ -178,6 +182,8 @@ static int check_run(int argc, char **argv)
             quiet = true;
             break;
         case 'U':
+            o.force_share = true;
+            break;
         case 'T':
             break;
         case ':':
@@ -195,12 +201,16 @@ static int check_run(int argc, char **argv)
         cmd_usage_error("check", "expected one FILE");
         return check_usage_error();
     }
+    if (o.force_share && repair != BLK_REPAIR_NONE) {
+        cmd_usage_error("check", "-U (--force-share) cannot be used with -r, which writes");
+        return check_usage_error();
+    }
     o.filename = argv[optind];
     o.read_only = repair == BLK_REPAIR_NONE;
     r = blk_image_open(&img, &o);
     if (r < 0) {
-        cmd_print_error(r);
-        return EXIT_ERROR;
+        cmd_print_open_error(r, o.read_only);
+        return cmd_status(r, EXIT_ERROR);
     }
     r = blk_image_check(img, repair, quiet ? NULL : stderr, &res);
     if (r == -ENOTSUP) {

@@ -13,6 +13,10 @@
 #define EXIT_OK 0
 #define EXIT_ERROR 1 /* the operation failed (image, I/O, network) */
 #define EXIT_USAGE 2 /* bad command line */
+/* An image is in use by another process (its locks, qemu's, conflict
+ * with what this command needs); distinct from every subcommand's own
+ * codes (check: 0-3 and 63, compare: 0-4). */
+#define EXIT_IN_USE 5
 
 struct cmd {
     const char *name;
@@ -40,6 +44,13 @@ extern const struct cmd cmd_bench;
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints err_msg() (or strerror(-r)) once, as "diskimg: message". */
 void cmd_print_error(int r);
+/* The same for a failure to open an image; for a command that only reads
+ * (reader), an image in use gets a hint at -U. */
+void cmd_print_open_error(int r, bool reader);
+/* EXIT_IN_USE when r says an image is in use, else 'other'. */
+int cmd_status(int r, int other);
+/* How every --help words exit status 5. */
+#define CMD_IN_USE_HELP "5 an image is in use by another process"
 
 /* Sizes are off_t: a file, and so an image, holds at most 2^63 - 1 bytes. */
 #define CMD_MAX_IMAGE_SIZE ((uint64_t)INT64_MAX)

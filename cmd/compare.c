@@ -2,8 +2,9 @@
  * read the same?  Ranges that read as zeroes in both are never read, so
  * large holes cost nothing.  Exit codes are qemu-img's: 0 identical,
  * 1 different, 2 an image could not be opened, 3 block status failed,
- * 4 a read failed.  Like convert, a comparison is one pass: by default
- * both images stream (what is read cold leaves the page cache again). */
+ * 4 a read failed; and 5, an image is in use by another process.  Like
+ * convert, a comparison is one pass: by default both images stream (what
+ * is read cold leaves the page cache again). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ static void compare_usage(FILE *f)
                "  -p        progress on stderr (percent, rate, time left)\n"
                "  --progress=json  progress as JSON lines on stderr\n"
                "  -q        quiet: only the exit status\n"
+               "  -U, --force-share  compare even while another process writes an image\n"
                "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
                "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP
                "  -h        this help\n"
@@ -43,7 +45,7 @@ static void compare_usage(FILE *f)
                "Without -s, an image larger than the other is equal if its extra tail reads\n"
                "as zeroes, and a hole equals written zeroes.\n"
                "Exit status: 0 identical, 1 different, 2 cannot open, 3 block status failed,\n"
-               "4 read failed.  See diskimg-compare(1).\n");
+               "4 read failed, " CMD_IN_USE_HELP ".  See diskimg-compare(1).\n");
 }
 
 struct cmp {
@@ -145,6 +147,7 @@ static int compare_run(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -178,6 +181,7 @@ static int compare_run(int argc, char **argv)
             c.quiet = true;
             break;
         case 'U':
+            oa.force_share = ob.force_share = true;
             break;
         case 'T':
             if (blk_cache_mode_parse(optarg, &oa.cache) < 0) {
@@ -202,9 +206,9 @@ static int compare_run(int argc, char **argv)
     oa.filename = argv[optind];
     ob.filename = argv[optind + 1];
     if ((r = blk_image_open(&c.a, &oa)) < 0 || (r = blk_image_open(&c.b, &ob)) < 0) {
-        cmd_print_error(r);
+        cmd_print_open_error(r, true);
         blk_image_close(c.a);
-        return EXIT_CMP_OPEN;
+        return cmd_status(r, EXIT_CMP_OPEN);
     }
     /* page-aligned for -T none (O_DIRECT) */
     c.ba = aligned_alloc(4096, CMP_CHUNK);

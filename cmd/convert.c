@@ -63,13 +63,15 @@ static void convert_usage(FILE *f)
             "  -B BACKING        give DST this backing file and copy only what SRC's top\n"
             "                    image holds; -F its format\n"
             "  -l SNAPSHOT       copy an internal snapshot of SRC\n"
+            "  -U, --force-share read SRC even while another process writes it\n"
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
             "  -p                progress on stderr (percent, rate, time left)\n"
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
             "  -q                quiet\n" CMD_TLS_HELP "  -h, --help        this help\n"
             "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage, 130/143 SIGINT/SIGTERM.  A target\n"
-            "that convert created is removed when it fails.  See diskimg-convert(1).\n",
+            "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ",\n"
+            "130/143 SIGINT/SIGTERM.  A target that convert created is removed when it fails;\n"
+            "one that another process uses is left alone.  See diskimg-convert(1).\n",
             DEFAULT_WORKERS);
 }
 
@@ -105,6 +107,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -112,7 +115,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     int c, r;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hf:O:o:cpqnS:t:T:Wm:B:F:l:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hf:O:o:cpqnS:t:T:Wm:B:F:l:U", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             convert_usage(stdout);
@@ -181,6 +184,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             break;
         case 'l':
             o->src.snapshot = optarg;
+            break;
+        case 'U':
+            o->src.force_share = true; /* the target is written: never shared */
             break;
         case OPT_TARGET_IS_ZERO:
             o->copy.target_is_zero = true;
@@ -279,7 +285,8 @@ static int convert_run(int argc, char **argv)
         .create_target = true,
     };
     struct blk_image *src = NULL, *dst = NULL;
-    bool created = false;
+    struct blk_file_lock *hold = NULL; /* the new target's, from creation to open */
+    bool created = false, src_failed = false;
     int r, status = EXIT_ERROR;
     char *summary = NULL;
 
@@ -297,6 +304,7 @@ static int convert_run(int argc, char **argv)
     r = same_file_check(o.src.filename, o.dst.filename);
     if (r == 0) {
         r = blk_image_open(&src, &o.src);
+        src_failed = r < 0;
     }
     if (r < 0) {
         goto out;
@@ -304,6 +312,7 @@ static int convert_run(int argc, char **argv)
     if (o.create_target) {
         o.create.size = blk_image_size(src);
         o.create.size_set = true;
+        o.create.keep_lock = &hold;
         o.dst.format = o.create.format;
         r = blk_create(&o.create, &summary);
         if (r < 0) {
@@ -348,7 +357,8 @@ out:
     }
     if (r < 0) {
         cmd_progress_abort(&o.progress);
-        cmd_print_error(r);
+        cmd_print_open_error(r, src_failed);
+        status = cmd_status(r, status);
     }
     if (dst) {
         int r2 = blk_image_close(dst);
@@ -362,6 +372,7 @@ out:
     if (status != EXIT_OK && created) {
         unlink(o.create.filename); /* never leave a half-written image we made */
     }
+    blk_file_lock_release(hold); /* (after the unlink: nobody else had it meanwhile) */
     free(summary);
     return status;
 }

@@ -26,7 +26,9 @@ static void create_usage(FILE *f)
                "  -h, --help           this help\n"
                "\n"
                "SIZE takes the suffixes k, M, G, T, P, E (powers of 1024).\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-create(1).\n");
+               "An existing FILE that another process uses (qemu's image locks) is left as it\n"
+               "was.  Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "See diskimg-create(1).\n");
 }
 
 static int create_run(int argc, char **argv)
@@ -34,6 +36,7 @@ static int create_run(int argc, char **argv)
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
+        {"force-share", no_argument, NULL, 'U'},
         {NULL, 0, NULL, 0},
     };
     struct blk_create_opts o = {.format = "raw"};
@@ -43,7 +46,7 @@ static int create_run(int argc, char **argv)
     int c, r;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hf:o:b:F:uq", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hf:o:b:F:uqU", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             create_usage(stdout);
@@ -69,6 +72,9 @@ static int create_run(int argc, char **argv)
         case 'q':
             quiet = true;
             break;
+        case 'U':
+            return cmd_usage_error("create", "-U (--force-share) is for commands that only "
+                                             "read; create writes");
         case ':':
             return cmd_usage_error("create", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -108,7 +114,7 @@ static int create_run(int argc, char **argv)
     r = blk_create(&o, &summary);
     if (r < 0) {
         cmd_print_error(r);
-        return EXIT_ERROR;
+        return cmd_status(r, EXIT_ERROR);
     }
     if (!quiet) {
         printf("Formatting '%s', %s\n", o.filename, summary ? summary : "");

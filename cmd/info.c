@@ -19,19 +19,19 @@
 
 static void info_usage(FILE *f)
 {
-    fprintf(
-        f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
-           "\n"
-           "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
-           "and format-specific details (same fields as qemu-img info).\n"
-           "\n"
-           "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
-           "      --output=FMT     human (default) or json\n"
-           "      --backing-chain  also show every backing file, top first\n"
-           "  -U, --force-share    accepted for compatibility (opening is read-only)\n" CMD_TLS_HELP
-           "  -h, --help           this help\n"
-           "\n"
-           "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-info(1).\n");
+    fprintf(f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
+               "\n"
+               "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
+               "and format-specific details (same fields as qemu-img info).\n"
+               "\n"
+               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "  -U, --force-share    read the image even while another process writes it\n"
+               "      --output=FMT     human (default) or json\n"
+               "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP
+               "  -h, --help           this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "See diskimg-info(1).\n");
 }
 
 /* Persistent bitmaps, as qemu-img lists them: flags in-use, then auto. */
@@ -230,6 +230,7 @@ static int info_open(const char *filename, const char *format, const struct blk_
                                .format = format,
                                .read_only = true,
                                .no_backing = true,
+                               .force_share = tls->force_share,
                                .tls_creds = tls->tls_creds,
                                .tls_psk = tls->tls_psk,
                                .tls_username = tls->tls_username};
@@ -257,7 +258,7 @@ static int info_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
-    struct blk_image_opts tls = {0}; /* only the TLS fields */
+    struct blk_image_opts tls = {0}; /* only the TLS fields and force_share */
     bool json = false, chain = false;
     struct json_writer w;
     struct {
@@ -265,7 +266,7 @@ static int info_run(int argc, char **argv)
         ino_t ino;
     } seen[MAX_CHAIN];
     unsigned nseen = 0;
-    int c, r = 0;
+    int c, r = 0, status = EXIT_ERROR;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hf:U", longopts, NULL)) != -1) {
@@ -277,6 +278,7 @@ static int info_run(int argc, char **argv)
             format = optarg;
             break;
         case 'U':
+            tls.force_share = true;
             break;
         case OPT_OUTPUT:
             if ((r = cmd_parse_output("info", optarg, &json)) != 0) {
@@ -326,7 +328,8 @@ static int info_run(int argc, char **argv)
             r = -1;
         }
         if (r == 0 && (r = info_open(name, fmt, &tls, &in)) < 0) {
-            cmd_print_error(r);
+            cmd_print_open_error(r, true);
+            status = cmd_status(r, EXIT_ERROR);
         }
         if (r < 0) {
             break;
@@ -364,7 +367,7 @@ static int info_run(int argc, char **argv)
     if (json) {
         json_finish(&w);
     }
-    return r < 0 ? EXIT_ERROR : EXIT_OK;
+    return r < 0 ? status : EXIT_OK;
 }
 
 const struct cmd cmd_info = {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "block/block.h"
 #include "cmd.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -32,6 +33,20 @@ void cmd_print_error(int r)
     fprintf(stderr, "diskimg: %s\n", err_msg_or(r));
 }
 
+void cmd_print_open_error(int r, bool reader)
+{
+    if (r == -BLK_E_IN_USE && reader) {
+        fprintf(stderr, "diskimg: %s; -U (--force-share) reads it anyway\n", err_msg_or(r));
+        return;
+    }
+    cmd_print_error(r);
+}
+
+int cmd_status(int r, int other)
+{
+    return r == -BLK_E_IN_USE ? EXIT_IN_USE : other;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: diskimg SUBCOMMAND [OPTIONS] ...\n"
@@ -44,7 +59,9 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
     }
-    fprintf(f, "\nRun 'diskimg SUBCOMMAND --help' or 'man diskimg-SUBCOMMAND' for details.\n");
+    fprintf(f, "\nImages are locked as qemu locks them; exit status 5 from any subcommand means\n"
+               "an image is in use by another process (see diskimg(1), LOCKING).\n"
+               "Run 'diskimg SUBCOMMAND --help' or 'man diskimg-SUBCOMMAND' for details.\n");
 }
 
 static const struct cmd *find_command(const char *name)

@@ -14,20 +14,21 @@
 static void map_usage(FILE *f)
 {
     fprintf(f, "Usage: diskimg map [-f FMT] [--output=human|json] [--start-offset=OFF]\n"
-               "                   [--max-length=LEN] FILE\n"
+               "                   [--max-length=LEN] [-U] FILE\n"
                "\n"
                "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
                "\n"
                "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "  -U, --force-share    map the image even while another process writes it\n"
                "      --output=FMT     human (default): data ranges with their file offsets;\n"
                "                       json: every range with start, length, depth, present,\n"
                "                       zero, data and offset, as qemu-img map\n"
                "  -s, --start-offset=OFF   start there (default 0)\n"
-               "  -l, --max-length=LEN     stop after LEN bytes\n"
-               "  -U, --force-share    accepted for compatibility\n" CMD_TLS_HELP
+               "  -l, --max-length=LEN     stop after LEN bytes\n" CMD_TLS_HELP
                "  -h, --help           this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-map(1).\n");
+               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "See diskimg-map(1).\n");
 }
 
 /* One output range, in qemu-img's terms. */
@@ -117,6 +118,7 @@ static int map_run(int argc, char **argv)
             }
             break;
         case 'U':
+            o.force_share = true;
             break;
         case ':':
             return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
@@ -133,8 +135,8 @@ static int map_run(int argc, char **argv)
     o.filename = argv[optind];
     r = blk_image_open(&img, &o);
     if (r < 0) {
-        cmd_print_error(r);
-        return EXIT_ERROR;
+        cmd_print_open_error(r, true);
+        return cmd_status(r, EXIT_ERROR);
     }
     uint64_t size = blk_image_size(img);
     uint64_t end = start < size ? start + MIN(max_len, size - start) : start;

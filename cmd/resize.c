@@ -20,7 +20,8 @@ static void resize_usage(FILE *f)
                "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP
                "  -h, --help        this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage.  See diskimg-resize(1).\n");
+               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP "\n"
+               "(resizing needs the image to itself).  See diskimg-resize(1).\n");
 }
 
 static int resize_run(int argc, char **argv)
@@ -31,6 +32,7 @@ static int resize_run(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"shrink", no_argument, NULL, OPT_SHRINK},
         {"quiet", no_argument, NULL, 'q'},
+        {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -47,7 +49,7 @@ static int resize_run(int argc, char **argv)
         size_arg = argv[--argc];
     }
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hf:q", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hf:qU", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             resize_usage(stdout);
@@ -61,6 +63,9 @@ static int resize_run(int argc, char **argv)
         case OPT_SHRINK:
             shrink = true;
             break;
+        case 'U':
+            return cmd_usage_error("resize", "-U (--force-share) is for commands that only "
+                                             "read; resize writes");
         case ':':
             return cmd_usage_error("resize", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -85,10 +90,11 @@ static int resize_run(int argc, char **argv)
         return EXIT_USAGE;
     }
     o.filename = argv[optind];
+    o.resize = true;
     r = blk_image_open(&img, &o);
     if (r < 0) {
         cmd_print_error(r);
-        return EXIT_ERROR;
+        return cmd_status(r, EXIT_ERROR);
     }
     cur = blk_image_size(img);
     if (sign < 0 && size > cur) {

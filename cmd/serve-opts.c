@@ -33,15 +33,17 @@ void serve_usage(FILE *f)
         "  -x, --export-name=NAME   export name (default \"\")\n"
         "  -D, --description=TEXT   export description\n"
         "  -r, --read-only          export read-only\n"
+        "  -U, --force-share        with -r: serve an image another process writes\n"
         "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
         "  -B, --bitmap=NAME        qcow2: offer persistent bitmap NAME as the meta context\n"
         "                           qemu:dirty-bitmap:NAME (repeatable; an enabled bitmap\n"
         "                           needs -r, since diskimg does not record writes in it)\n"
         "      --export=SPEC        one more export (repeatable): name=NAME,file=PATH and\n"
         "                           optionally format=, read-only=on, description=,\n"
-        "                           snapshot=, bitmap= (repeatable), cache=, aio=,\n"
-        "                           discard=, detect-zeroes=, l2-cache-size=, offset=,\n"
-        "                           size=; the image options above are its defaults\n"
+        "                           snapshot=, bitmap= (repeatable), force-share=on,\n"
+        "                           cache=, aio=, discard=, detect-zeroes=,\n"
+        "                           l2-cache-size=, offset=, size=; the image options\n"
+        "                           above are its defaults\n"
         "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
         "                           image, at most 32M); refcount cache is a quarter of it\n"
         "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
@@ -93,7 +95,9 @@ void serve_usage(FILE *f)
         "Statistics go to stderr (syslog once forked) on SIGUSR1 and at exit.  SIGINT\n"
         "and SIGTERM "
         "stop accepting clients, finish requests in flight, flush and exit 0.\n"
-        "Exit status: 0 success, 1 failure (image, socket), 2 bad usage.\n"
+        "Images are locked as qemu-nbd locks them: a writable export keeps every other\n"
+        "writer and reader out, a read-only one lets readers in.\n"
+        "Exit status: 0 success, 1 failure (image, socket), 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
         "See diskimg-serve(1).\n",
         NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
 }
@@ -152,6 +156,10 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
     } else if (strcmp(key, "read-only") == 0) {
         if (parse_bool(value, &img->read_only) < 0) {
             return cmd_usage_error("serve", "%s: invalid read-only '%s'", what, value);
+        }
+    } else if (strcmp(key, "force-share") == 0) {
+        if (parse_bool(value, &img->force_share) < 0) {
+            return cmd_usage_error("serve", "%s: invalid force-share '%s'", what, value);
         }
     } else if (strcmp(key, "snapshot") == 0) {
         img->snapshot = value;
@@ -288,6 +296,7 @@ static const struct option serve_long_opts[] = {
     {"export-name", required_argument, NULL, 'x'},
     {"description", required_argument, NULL, 'D'},
     {"read-only", no_argument, NULL, 'r'},
+    {"force-share", no_argument, NULL, 'U'},
     {"load-snapshot", required_argument, NULL, 'l'},
     {"bitmap", required_argument, NULL, 'B'},
     {"l2-cache-size", required_argument, NULL, OPT_L2_CACHE},
@@ -328,7 +337,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
     int c;
 
     opterr = 0; /* our own messages, in our own format */
-    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rl:B:o:ne:tv", serve_long_opts, NULL)) !=
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rUl:B:o:ne:tv", serve_long_opts, NULL)) !=
            -1) {
         switch (c) {
         case 'h':
@@ -364,6 +373,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             break;
         case 'r':
             o->img.read_only = true;
+            break;
+        case 'U':
+            o->img.force_share = true;
             break;
         case 'l':
             o->img.snapshot = optarg; /* served read-only: see below */
@@ -542,6 +554,15 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         int r = serve_parse_export(o, &defaults, (char *)o->export_specs[i]);
         if (r) {
             return r;
+        }
+    }
+    for (unsigned i = 0; i < o->n_exports; i++) {
+        const struct serve_export *e = &o->exports[i];
+        if (e->img.force_share && !e->img.read_only) {
+            return cmd_usage_error("serve",
+                                   "-U (--force-share) needs -r (read-only=on): a writable "
+                                   "export never shares its image (export '%s')",
+                                   e->name);
         }
     }
     if (o->socket_path && (o->bind_addr || o->port)) {

@@ -64,7 +64,8 @@ static int serve_fork(void)
     if (pid > 0) {
         close(p[1]);
         ssize_t n = read(p[0], &status, 1);
-        exit(n == 1 && status == 'o' ? EXIT_OK : EXIT_ERROR);
+        /* 'o', or the child's exit status when it failed (EXIT_IN_USE) */
+        exit(n != 1 ? EXIT_ERROR : status == 'o' ? EXIT_OK : status);
     }
     close(p[0]);
     setsid();
@@ -164,6 +165,17 @@ static int serve_load_bitmaps(const struct serve_export *e, struct blk_bitmap **
     return 0;
 }
 
+/* Whether -U could open every export: they are all read-only. */
+static bool serve_all_read_only(const struct serve_opts *o)
+{
+    for (unsigned i = 0; i < o->n_exports; i++) {
+        if (!o->exports[i].img.read_only) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Open every export's image and hand it to the server. */
 static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
 {
@@ -219,7 +231,12 @@ static int serve_free_exports(struct serve_opts *o)
 static int serve_run(int argc, char **argv)
 {
     struct serve_opts o = {
-        .img = {.cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP},
+        /* The exports of one server may share a file (windows of one disk,
+         * a snapshot beside the live image); block/ still refuses two
+         * writers of one qcow2 file. */
+        .img = {.cache = BLK_CACHE_WRITEBACK,
+                .discard = BLK_DISCARD_UNMAP,
+                .share_in_process = true},
         .srv = {.workers_per_conn = SERVE_DEFAULT_WORKERS,
                 .max_connections = 1,
                 .handshake_limit_s = SERVE_DEFAULT_HANDSHAKE_LIMIT},
@@ -270,7 +287,8 @@ static int serve_run(int argc, char **argv)
 
 out:
     if (r < 0 && r != -EIO) {
-        cmd_print_error(r);
+        cmd_print_open_error(r, serve_all_read_only(&o));
+        status = cmd_status(r, status);
     }
     signal_server = NULL;
     nbd_server_free(srv);
@@ -282,7 +300,11 @@ out:
         unlink(o.pid_file);
     }
     if (ready_fd >= 0) {
-        close(ready_fd); /* the parent reads EOF and exits 1 */
+        char c = (char)status; /* the parent exits with it (EOF: 1) */
+        if (status != EXIT_ERROR && write(ready_fd, &c, 1) != 1) {
+            /* the parent is gone */
+        }
+        close(ready_fd);
     }
     return status;
 }

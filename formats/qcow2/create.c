@@ -198,7 +198,12 @@ static int backing_size(struct blk_node *file, struct create_opts *c)
     if (!path) {
         return err_set(ENOMEM, "qcow2: backing path");
     }
-    struct blk_open_opts o = {.filename = path, .read_only = true, .depth = 1};
+    /* Only its size is read: share it with every user, as qemu-img does. */
+    struct blk_open_opts o = {.filename = path,
+                              .read_only = true,
+                              .depth = 1,
+                              .perms = {BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL, BLK_PERM_ALL},
+                              .force_share = true};
     r = blk_open_stack(&b, &o, "file", c->backing_format);
     if (r < 0) {
         err_prefix("could not open backing file '%s'", c->backing_file);
@@ -352,7 +357,8 @@ static int create_image(struct blk_node *file, const struct blk_create_opts *o,
     }
     if (r == 0 && c.prealloc != PREALLOC_OFF) {
         struct blk_node *img = NULL;
-        struct blk_open_opts oo = {.filename = file->filename, .no_backing = true};
+        /* blk_create's lock on the file covers this second open */
+        struct blk_open_opts oo = {.filename = file->filename, .no_backing = true, .no_lock = true};
         r = blk_open_stack(&img, &oo, "file", "qcow2");
         if (r == 0) {
             r = qcow2_preallocate(img, c.prealloc >= PREALLOC_FALLOC, c.prealloc == PREALLOC_FULL,

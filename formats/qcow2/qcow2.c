@@ -573,7 +573,9 @@ static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
         .no_flush = opts->no_flush,
         .depth = opts->depth + 1,
         .chain = &me,
+        .force_share = opts->force_share,
     };
+    blk_perm_for_backing(&opts->perms, &bo.perms);
     r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
     if (r < 0) {
         if (!chain_error_below(r, opts)) {
@@ -830,11 +832,26 @@ static uint64_t qcow2_cluster_size(struct blk_node *n)
     return s->cluster_size;
 }
 
+/* The file holds the metadata: qemu's rules (block/perm.c).  Inside this
+ * process, a snapshot's view may also share writes: its tables never
+ * change, since every write to a cluster it shares is copied elsewhere
+ * (an export of a snapshot beside the live image). */
+static void qcow2_child_perm(const struct blk_open_opts *opts, struct blk_perms *child)
+{
+    struct blk_perms in = *child;
+
+    blk_perm_for_metadata(!opts->read_only, &in, child);
+    if (opts->snapshot) {
+        child->shared_here |= in.shared_here & (BLK_PERM_WRITE | BLK_PERM_RESIZE);
+    }
+}
+
 static const struct blk_driver qcow2_driver = {
     .name = "qcow2",
     .is_format = true,
     .state_size = sizeof(struct qcow2_state),
     .probe = qcow2_probe,
+    .child_perm = qcow2_child_perm,
     .open = qcow2_open,
     .close = qcow2_close,
     .preadv = qcow2_preadv,

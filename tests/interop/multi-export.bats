@@ -137,7 +137,8 @@ EOF
 
     run qemu-img compare -f raw "nbd+unix:///raw?socket=$SOCK" "$TEST_DIR/raw.orig"
     assert_success
-    run qemu-img compare "nbd+unix:///qcow?socket=$SOCK" "$TEST_DIR/q.qcow2"
+    # (-U: the server has q.qcow2 open for writing)
+    run qemu-img compare -U "nbd+unix:///qcow?socket=$SOCK" "$TEST_DIR/q.qcow2"
     assert_success
     run "$DISKIMG" compare "nbd+unix:///ro?socket=$SOCK" "$TEST_DIR/ro.img"
     assert_success
@@ -305,9 +306,11 @@ assert h.pread(524288, 0) == want[1 << 20:(1 << 20) + 524288]
     stop_server
 
     # -f qcow2: the default format of every export, format= overrides it
+    # (the raw view read-only: a writable one beside the writable qcow2
+    # export of the same file is refused, exit 5)
     start_server -t -e 0 -f qcow2 "$TEST_DIR/q.qcow2" \
         --export="name=q2,file=$TEST_DIR/q2.qcow2" \
-        --export="name=raw,file=$TEST_DIR/q2.qcow2,format=raw"
+        --export="name=raw,file=$TEST_DIR/q2.qcow2,format=raw,read-only=on"
     list_json
     [[ $(export_field '' export-size) -eq 2097152 ]]
     [[ $(export_field q2 export-size) -eq 1048576 ]]

@@ -289,12 +289,13 @@ exercise() {
 
 @test "a refused export name: exit 1 and one line naming the export (qemu-nbd, nbdkit, nbd-server, diskimg)" {
     require_tool qemu-nbd nbdkit nbd-server
-    truncate -s 1M "$TEST_DIR/e.raw"
+    # (one file per server that locks it: qemu-nbd and diskimg each write theirs)
+    truncate -s 1M "$TEST_DIR/e.raw" "$TEST_DIR/d.raw" "$TEST_DIR/c.raw"
     start_qemu_nbd "$TEST_DIR/q.sock" -t -x good -f raw "$TEST_DIR/e.raw"
     start_nbdkit "$TEST_DIR/k.sock" --filter=exportname memory 1M \
         exportname=good exportname-strict=true
     start_nbd_server "$TEST_DIR/n.sock" good "$TEST_DIR/e.raw"
-    start_extra_server "$TEST_DIR/d.sock" -t -x good "$TEST_DIR/e.raw"
+    start_extra_server "$TEST_DIR/d.sock" -t -x good "$TEST_DIR/d.raw"
     local s cmd
     for s in q k n d; do
         run "$DISKIMG" info "$(unix_uri "$TEST_DIR/$s.sock" good)"
@@ -312,7 +313,7 @@ exercise() {
         assert_failure 1
         [[ "$stderr" == *wrongname* ]]
         [[ ! -e "$TEST_DIR/out.raw" ]]
-        run --separate-stderr timeout 30 "$DISKIMG" compare "$TEST_DIR/e.raw" \
+        run --separate-stderr timeout 30 "$DISKIMG" compare "$TEST_DIR/c.raw" \
             "$(unix_uri "$TEST_DIR/$s.sock" wrongname)"
         assert_failure 2
         [[ "$stderr" == *wrongname* ]]
@@ -328,7 +329,8 @@ psk_for() {
 @test "a TLS-only server (nbdkit --tls=require, qemu-nbd tls-creds): plain nbd:// fails at once with a clear error" {
     require_tool nbdkit qemu-nbd psktool
     psk_for "$TEST_DIR/psk"
-    truncate -s 1M "$TEST_DIR/e.raw"
+    # (c.raw, the local image, is not e.raw: qemu-nbd's lock keeps readers out of that)
+    truncate -s 1M "$TEST_DIR/e.raw" "$TEST_DIR/c.raw"
     start_nbdkit "$TEST_DIR/k.sock" --tls=require --tls-psk="$TEST_DIR/psk/keys.psk" memory 1M
     start_qemu_nbd "$TEST_DIR/q.sock" -t -f raw \
         --object "tls-creds-psk,id=tls0,endpoint=server,dir=$TEST_DIR/psk" --tls-creds tls0 \
@@ -339,10 +341,10 @@ psk_for() {
         assert_failure 1
         [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
         [[ "$stderr" == *TLS* && "$stderr" == *nbds://* ]] || { echo "unclear: $stderr" >&2; return 1; }
-        run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$TEST_DIR/e.raw" "$(unix_uri "$TEST_DIR/$s.sock")"
+        run --separate-stderr timeout 30 "$DISKIMG" convert -f raw "$TEST_DIR/c.raw" "$(unix_uri "$TEST_DIR/$s.sock")"
         assert_failure 1
         [[ "$stderr" == *TLS* ]]
-        run --separate-stderr timeout 30 "$DISKIMG" compare "$TEST_DIR/e.raw" "$(unix_uri "$TEST_DIR/$s.sock")"
+        run --separate-stderr timeout 30 "$DISKIMG" compare "$TEST_DIR/c.raw" "$(unix_uri "$TEST_DIR/$s.sock")"
         assert_failure 2
         [[ "$stderr" == *TLS* ]]
         run --separate-stderr timeout 30 "$DISKIMG" bench -c 1 "$(unix_uri "$TEST_DIR/$s.sock")"

@@ -85,11 +85,12 @@ EOF
 }
 
 @test "TCP: a port already in use is an error (exit 1), not a hang" {
-    truncate -s 1M "$TEST_DIR/a.img"
+    truncate -s 1M "$TEST_DIR/a.img" "$TEST_DIR/b.img"
     start_server_tcp 127.0.0.1 -t "$TEST_DIR/a.img"
 
+    # (another image: the first server's lock on a.img would refuse it first, exit 5)
     # (timeout: should it wrongly start serving, the test fails instead of hanging)
-    run --separate-stderr timeout 20 "$DISKIMG" serve -b 127.0.0.1 -p "$PORT" "$TEST_DIR/a.img"
+    run --separate-stderr timeout 20 "$DISKIMG" serve -b 127.0.0.1 -p "$PORT" "$TEST_DIR/b.img"
     assert_failure 1
     [[ "$stderr" == *"in use"* ]]
     # the first server is unaffected

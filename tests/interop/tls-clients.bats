@@ -201,7 +201,8 @@ log_lines() {
     run "$DISKIMG" info "$bare" --tls-psk="$PSK_FILE" --tls-username=bob
     assert_success
     assert_output --partial "virtual size: 1 MiB"
-    run "$DISKIMG" compare "$bare&tls-psk-file=$PSK_FILE&tls-username=alice" "$TEST_DIR/a.img"
+    # (-U: a.img is the file the server has open for writing)
+    run "$DISKIMG" compare -U "$bare&tls-psk-file=$PSK_FILE&tls-username=alice" "$TEST_DIR/a.img"
     assert_success
     # without --tls-username: the file's first identity (alice)
     make_pattern "$TEST_DIR/src.img" 1048576
@@ -248,7 +249,7 @@ log_lines() {
     assert_output --partial "the NBD server requires a client certificate"
     assert_output --partial "no client-cert.pem"
     run ! grep -q "opened export" "$SERVER_LOG"
-    run "$DISKIMG" compare "$(x509_uri "$CLI_PKI")" "$TEST_DIR/a.img"
+    run "$DISKIMG" compare -U "$(x509_uri "$CLI_PKI")" "$TEST_DIR/a.img" # (a.img is served)
     assert_success
     grep -q "opened export '' over TLS as CN=client1" "$SERVER_LOG"
 }
@@ -380,7 +381,7 @@ log_lines() {
     assert_output 1048576
     run qemu-img info --object "$qobj$CLI_PKI" --image-opts "$qopts"
     assert_success
-    run "$DISKIMG" compare "$turi" "$TEST_DIR/a.img" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" compare -U "$turi" "$TEST_DIR/a.img" --tls-creds="$CLI_PKI" # (a.img is served)
     assert_success
     run "$DISKIMG" info "$turi?tls-certificates=$CLI_PKI&tls-hostname=localhost"
     assert_success
@@ -400,7 +401,9 @@ log_lines() {
     assert_output --partial "certificate"
 
     # over a unix socket (no name to check) diskimg still checks the CA
-    start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    # (a second server needs its own image: the first one writes a.img)
+    cp "$TEST_DIR/a.img" "$TEST_DIR/b.img"
+    start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/b.img"
     run "$DISKIMG" info "$(x509_uri "$OTHER_PKI" "$TEST_DIR/u.sock")"
     assert_failure
     run "$DISKIMG" info "$(x509_uri "$CLI_PKI" "$TEST_DIR/u.sock")&tls-hostname=wrong.example"
