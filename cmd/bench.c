@@ -43,7 +43,7 @@ static void bench_usage(FILE *f)
                "      --output=FMT   human (default) or json\n" CMD_TLS_HELP
                "  -h, --help         this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-bench(1).\n");
 }
 

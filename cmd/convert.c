@@ -69,9 +69,10 @@ static void convert_usage(FILE *f)
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
             "  -q                quiet\n" CMD_TLS_HELP "  -h, --help        this help\n"
             "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ",\n"
-            "130/143 SIGINT/SIGTERM.  A target that convert created is removed when it fails;\n"
-            "one that another process uses is left alone.  See diskimg-convert(1).\n",
+            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP
+            ", 130/143 SIGINT/SIGTERM.  A target\n"
+            "that convert created is removed when it fails; one that another process uses\n"
+            "is left alone.  See diskimg-convert(1).\n",
             DEFAULT_WORKERS);
 }
 

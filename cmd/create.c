@@ -27,7 +27,8 @@ static void create_usage(FILE *f)
                "\n"
                "SIZE takes the suffixes k, M, G, T, P, E (powers of 1024).\n"
                "An existing FILE that another process uses (qemu's image locks) is left as it\n"
-               "was.  Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "was.\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-create(1).\n");
 }
 

@@ -30,7 +30,7 @@ static void info_usage(FILE *f)
                "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP
                "  -h, --help           this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-info(1).\n");
 }
 

@@ -27,7 +27,7 @@ static void map_usage(FILE *f)
                "  -l, --max-length=LEN     stop after LEN bytes\n" CMD_TLS_HELP
                "  -h, --help           this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ".\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-map(1).\n");
 }
 

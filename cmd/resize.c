@@ -20,7 +20,7 @@ static void resize_usage(FILE *f)
                "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP
                "  -h, --help        this help\n"
                "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP "\n"
                "(resizing needs the image to itself).  See diskimg-resize(1).\n");
 }
 
