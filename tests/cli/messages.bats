@@ -96,7 +96,7 @@ chain() {
     stop_server
 
     start_server_tcp 127.0.0.1 -t -f raw "$TEST_DIR/d.img"
-    run -0 "$DISKIMG" compare "nbd:127.0.0.1:$PORT" "$TEST_DIR/d.img"
+    run -0 "$DISKIMG" compare -U "nbd:127.0.0.1:$PORT" "$TEST_DIR/d.img" # (d.img is served)
     run -1 "$DISKIMG" info "nbd:127.0.0.1:port"
     [[ "$output" == *"nbd:127.0.0.1:port: expected nbd:unix:PATH or nbd:HOST[:PORT], optionally followed by :exportname=NAME"* ]]
     run -1 "$DISKIMG" create -f raw "nbd:unix:$SOCK" 1M
