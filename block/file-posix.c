@@ -94,6 +94,40 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
     return 0;
 }
 
+/* Open an image file, which must be a regular file or a block device.
+ * Names can come from an image (a backing file), so the open itself must
+ * not block: O_NONBLOCK keeps a FIFO's open from waiting for a writer, the
+ * type is checked on the descriptor before any read, and only then is
+ * O_NONBLOCK cleared. */
+static int file_open_checked(const char *path, int flags, int *fd, struct stat *st)
+{
+    struct stat pre;
+
+    *fd = open(path, flags | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
+        if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISBLK(pre.st_mode)) {
+            return err_setx(EINVAL, "%s is not a regular file or a block device", path);
+        }
+        return err_setx(EINVAL,
+                        "%s: the file system does not support O_DIRECT "
+                        "(needed by cache=none and cache=directsync)",
+                        path);
+    }
+    if (*fd < 0) {
+        return err_set(errno, "%s", path);
+    }
+    if (fstat(*fd, st) < 0) {
+        return err_set(errno, "%s: fstat", path);
+    }
+    if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) {
+        return err_setx(EINVAL, "%s is not a regular file or a block device", path);
+    }
+    if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+        return err_set(errno, "%s: fcntl", path);
+    }
+    return 0;
+}
+
 static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct file_state *s = n->opaque;
@@ -115,18 +149,9 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         return r;
     }
-    s->fd = open(opts->filename, flags | (s->direct ? O_DIRECT : 0));
-    if (s->fd < 0 && errno == EINVAL && s->direct) {
-        return err_setx(EINVAL,
-                        "%s: the file system does not support O_DIRECT "
-                        "(needed by cache=none and cache=directsync)",
-                        opts->filename);
-    }
-    if (s->fd < 0) {
-        return err_set(errno, "%s", opts->filename);
-    }
-    if (fstat(s->fd, &st) < 0) {
-        return err_set(errno, "%s: fstat", opts->filename);
+    r = file_open_checked(opts->filename, flags | (s->direct ? O_DIRECT : 0), &s->fd, &st);
+    if (r < 0) {
+        return r;
     }
     if (S_ISBLK(st.st_mode)) {
         uint64_t bytes;
@@ -135,11 +160,9 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
         }
         s->is_blockdev = true;
         s->size = (int64_t)bytes;
-    } else if (S_ISREG(st.st_mode)) {
+    } else {
         s->size = st.st_size;
         s->serial_big_writes = !s->direct;
-    } else {
-        return err_setx(EINVAL, "%s is not a regular file or a block device", opts->filename);
     }
     if (s->direct) {
         r = file_probe_dio_alignment(n, s->fd);
@@ -147,9 +170,10 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
             return r;
         }
         if (s->size % n->request_alignment) {
-            s->tail_fd = open(opts->filename, flags);
-            if (s->tail_fd < 0) {
-                return err_set(errno, "%s", opts->filename);
+            struct stat tail;
+            r = file_open_checked(opts->filename, flags, &s->tail_fd, &tail);
+            if (r < 0) {
+                return r;
             }
         }
     }
