@@ -99,6 +99,11 @@ struct blk_image_opts {
     const char *snapshot;    /* -l: an internal snapshot, read-only */
     uint64_t l2_cache_bytes; /* 0 = default (enough for the whole image, at most 32 MiB) */
     bool no_backing;         /* metadata only: leave the backing file closed */
+    /* --untrusted: open the image alone; whatever it names beyond its own
+     * file (a backing or data file) is an error naming that reference,
+     * unless no_backing (metadata only); the format must be given or
+     * probed unambiguously. */
+    bool untrusted;
     bool for_check;          /* for check: report (do not repair) a dirty image, and allow
                                 repairing one marked corrupt */
     /* Locking (qemu's image locks, block/file-lock.h): a reader needs

@@ -71,7 +71,10 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (o->keep_lock) {
         *o->keep_lock = NULL;
     }
-    if (!drv || !drv->is_format || !drv->create) {
+    if (drv && drv->is_format && !drv->create) {
+        return err_setx(ENOTSUP, "creating %s images is not supported (raw, qcow2)", drv->name);
+    }
+    if (!drv || !drv->is_format) {
         return err_setx(EINVAL, "unknown image format '%s' (raw, qcow2)", o->format);
     }
     if (!blk_protocol_for(o->filename)) {

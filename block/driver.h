@@ -70,8 +70,13 @@ struct blk_open_opts {
     const char *snapshot;    /* open this internal snapshot, read-only */
     uint64_t l2_cache_bytes; /* 0 = default */
     bool no_backing;         /* do not open the backing file (info) */
-    bool no_flush;           /* cache=unsafe: protocol flushes are no-ops */
-    bool for_check;          /* opened by check: no automatic repair */
+    /* --untrusted: the image is opened alone.  A format refuses to open
+     * anything an image names (backing file, data file, extent) with an
+     * error naming it, unless no_backing says the caller reads metadata
+     * only; probing must be unambiguous. */
+    bool untrusted;
+    bool no_flush;  /* cache=unsafe: protocol flushes are no-ops */
+    bool for_check; /* opened by check: no automatic repair */
     /* nbd: TLS credentials for nbds:// (the URI's own parameters win) */
     const char *tls_creds;
     const char *tls_psk;
@@ -95,9 +100,11 @@ struct blk_driver {
     bool (*claims)(const char *filename);
     /* Protocols: the names it claims, for messages ("NBD URIs (nbd://...)"). */
     const char *names_help;
-    /* Probe score for format detection from the first bytes of the image:
-     * 0 = not this format.  NULL for protocols. */
-    int (*probe)(const uint8_t *buf, size_t len);
+    /* Probe score for format detection from the first BLK_PROBE_BYTES of
+     * the image (zero-padded past its end) and its name (NULL when a write
+     * is checked): 0 = not this format, 1 = anything (raw), 100 = certain.
+     * NULL for protocols. */
+    int (*probe)(const uint8_t *buf, size_t len, const char *filename);
 
     /* Formats: the permissions their file child needs when the node's
      * user asks for opts->perms (NULL: the same, as raw).  Called after
@@ -220,9 +227,23 @@ const struct blk_driver *blk_find_driver(const char *name);
 /* The protocol driver that claims this filename ("file" if none does, or
  * NULL with a message when it is a URL that no driver claims). */
 const struct blk_driver *blk_protocol_for(const char *filename);
-/* The format whose probe scores highest for these first bytes ("raw" if
- * none claims them). */
-const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len);
+/* How many bytes of an image format probing looks at, as qemu does
+ * (BLOCK_PROBE_BUF_SIZE).  The raw driver guards the same window of a
+ * probed image against writes that would change its probed format. */
+#define BLK_PROBE_BYTES 512
+
+/* What probing found.  'best' scores highest ("raw" when no other format
+ * claims the bytes); 'other' is a second format that claims them too
+ * (score above raw's), or NULL; 'tie' when it scores as high as best. */
+struct blk_probe {
+    const struct blk_driver *best;
+    const struct blk_driver *other;
+    int score;
+    bool tie;
+};
+void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct blk_probe *out);
+/* The format these bytes probe as: best, or NULL on a tie. */
+const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len, const char *filename);
 
 #define BLK_REGISTER_DRIVER(drv)                                                                   \
     __attribute__((constructor)) static void register_##drv(void)                                  \

@@ -41,6 +41,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .snapshot = opts->snapshot,
         .l2_cache_bytes = opts->l2_cache_bytes,
         .no_backing = opts->no_backing,
+        .untrusted = opts->untrusted,
         .no_flush = opts->cache == BLK_CACHE_UNSAFE,
         .for_check = opts->for_check,
         .tls_creds = opts->tls_creds,

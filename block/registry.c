@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "driver.h"
 
-#define BLK_MAX_DRIVERS 16
+#define BLK_MAX_DRIVERS 32
 
 static const struct blk_driver *drivers[BLK_MAX_DRIVERS];
 static size_t n_drivers;
@@ -76,19 +76,41 @@ const struct blk_driver *blk_protocol_for(const char *filename)
     return blk_find_driver("file");
 }
 
-const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len)
+/* Every format scores the bytes; raw scores 1 for anything, so it wins
+ * only when nothing else claims them. */
+void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct blk_probe *out)
 {
-    const struct blk_driver *best = NULL;
-    int best_score = 0;
-
+    memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n_drivers; i++) {
-        if (drivers[i]->is_format && drivers[i]->probe) {
-            int score = drivers[i]->probe(buf, len);
-            if (score > best_score) {
-                best = drivers[i];
-                best_score = score;
+        if (!drivers[i]->is_format || !drivers[i]->probe) {
+            continue;
+        }
+        int score = drivers[i]->probe(buf, len, filename);
+        if (score <= 1) {
+            continue;
+        }
+        if (score > out->score) {
+            out->other = out->best;
+            out->tie = false;
+            out->best = drivers[i];
+            out->score = score;
+        } else {
+            if (!out->other || score == out->score) {
+                out->other = drivers[i];
             }
+            out->tie = out->tie || score == out->score;
         }
     }
-    return best ? best : blk_find_driver("raw");
+    if (!out->best) {
+        out->best = blk_find_driver("raw");
+        out->score = 1;
+    }
+}
+
+const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len, const char *filename)
+{
+    struct blk_probe p;
+
+    blk_probe_all(buf, len, filename, &p);
+    return p.tie ? NULL : p.best;
 }

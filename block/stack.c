@@ -11,20 +11,26 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "driver.h"
 
-#define PROBE_BYTES 4096
-
-static int blk_pick_format(struct blk_node *file, const char *format, const struct blk_driver **out)
+/* Probe the format from the first BLK_PROBE_BYTES (zero-padded, as qemu
+ * does).  Two formats that claim the bytes equally are refused: qemu
+ * would take whichever driver its build registered first.  With
+ * --untrusted any second claim is refused: the format must be named. */
+static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o, const char *format,
+                           const struct blk_driver **out)
 {
-    uint8_t buf[PROBE_BYTES] = {0};
+    uint8_t buf[BLK_PROBE_BYTES] = {0};
+    struct blk_probe p;
     int64_t len;
     int r;
 
     if (format) {
         *out = blk_find_driver(format);
         if (!*out || !(*out)->is_format) {
-            return err_setx(EINVAL, "unknown image format '%s'", format);
+            CLEANUP_FREE char *esc = str_escape(format);
+            return err_setx(EINVAL, "unknown image format '%s'", esc ? esc : "?");
         }
         return 0;
     }
@@ -36,7 +42,15 @@ static int blk_pick_format(struct blk_node *file, const char *format, const stru
     if (r < 0) {
         return r;
     }
-    *out = blk_probe_format(buf, sizeof buf);
+    blk_probe_all(buf, sizeof buf, o->filename, &p);
+    if (p.other && (p.tie || o->untrusted)) {
+        CLEANUP_FREE char *esc = str_escape(o->filename);
+        return err_setx(EINVAL,
+                        "%s: the first bytes look like both %s and %s images; name the format "
+                        "with -f",
+                        esc ? esc : "?", p.best->name, p.other->name);
+    }
+    *out = p.best;
     return 0;
 }
 
@@ -64,7 +78,7 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
                    const char *format)
 {
     const struct blk_driver *proto = blk_find_driver(protocol);
-    const struct blk_driver *fmt;
+    const struct blk_driver *fmt = NULL;
     struct blk_open_opts fo = *o;
     struct blk_node *file = NULL;
     int r;
@@ -81,7 +95,7 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
         return r;
     }
     file->no_flush = o->no_flush;
-    r = blk_pick_format(file, format, &fmt);
+    r = blk_pick_format(file, o, format, &fmt);
     if (r == 0) {
         r = blk_perm_set_child(file, fmt, o); /* what the format needs of its file */
     }

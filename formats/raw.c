@@ -6,9 +6,15 @@
  * When the format was probed rather than named, a write that would make
  * the first sector look like another format is refused, as qemu does: a
  * guest must not be able to turn its raw disk into, say, a qcow2 image
- * with a backing file of the host's choosing on the next probe. */
+ * with a backing file of the host's choosing on the next probe.  The
+ * guarded window is the one probing reads (BLK_PROBE_BYTES of the file),
+ * and every write, zero write and discard that touches it is checked
+ * against the bytes it would leave there and done under one mutex with
+ * the check, so pipelined or concurrent small writes cannot assemble a
+ * header between two checks.  Requests elsewhere take no lock. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,19 +23,21 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 
-#define RAW_PROBE_BYTES 512
-
 struct raw_state {
     uint64_t offset;
     uint64_t size;
     bool size_set;
     bool probed;
+    /* Probed images: held from the check of a request touching the probe
+     * window until that request is done. */
+    pthread_mutex_t guard_lock;
 };
 
-static int raw_probe(const uint8_t *buf, size_t len)
+static int raw_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     (void)buf;
     (void)len;
+    (void)filename;
     return 1; /* anything is raw, with the lowest confidence */
 }
 
@@ -59,6 +67,7 @@ static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->size = opts->size;
     s->size_set = opts->size_set;
     s->probed = opts->probed;
+    pthread_mutex_init(&s->guard_lock, NULL);
     n->supported_write_flags = n->file->supported_write_flags & BLK_REQ_WRITE_MASK;
     n->supported_zero_flags = n->file->supported_zero_flags & BLK_REQ_ZERO_MASK;
     return 0;
@@ -86,28 +95,49 @@ static int raw_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov,
     return blk_preadv(n->file, s->offset + off, iov, iovcnt);
 }
 
-/* For a probed image: would this write make sector 0 probe as another format? */
-static int raw_check_probe_safe(struct blk_node *n, uint64_t off, const struct iovec *iov,
-                                int iovcnt)
+static void raw_close(struct blk_node *n)
 {
     struct raw_state *s = n->opaque;
-    uint8_t first[RAW_PROBE_BYTES];
+
+    pthread_mutex_destroy(&s->guard_lock);
+}
+
+/* Does a request at guest offset off reach the probe window of a probed
+ * image?  (Then it must go through raw_guard_lock/raw_guard_check.) */
+static bool raw_guarded(const struct raw_state *s, uint64_t off, uint64_t len)
+{
+    return s->probed && len && s->offset + off < BLK_PROBE_BYTES;
+}
+
+/* With guard_lock held: would the window probe as another format once
+ * [off, off+len) holds iov's bytes (zeroes when iov is NULL)? */
+static int raw_guard_check_locked(struct blk_node *n, uint64_t off, uint64_t len,
+                                  const struct iovec *iov, int iovcnt)
+{
+    struct raw_state *s = n->opaque;
+    uint8_t win[BLK_PROBE_BYTES] = {0};
+    uint64_t at = s->offset + off, in_win = MIN(len, BLK_PROBE_BYTES - at);
+    int64_t flen = blk_get_length(n->file);
     int r;
 
-    if (!s->probed || s->offset != 0 || off >= RAW_PROBE_BYTES) {
-        return 0;
+    if (flen < 0) {
+        return (int)flen;
     }
-    r = blk_pread(n->file, 0, first, sizeof first);
+    r = blk_pread(n->file, 0, win, MIN((uint64_t)flen, (uint64_t)sizeof win));
     if (r < 0) {
         return r;
     }
-    iov_to_buf(iov, iovcnt, 0, first + off, RAW_PROBE_BYTES - off);
-    const struct blk_driver *d = blk_probe_format(first, sizeof first);
-    if (d && strcmp(d->name, "raw") != 0) {
+    if (iov) {
+        iov_to_buf(iov, iovcnt, 0, win + at, (size_t)in_win);
+    } else {
+        memset(win + at, 0, (size_t)in_win);
+    }
+    const struct blk_driver *d = blk_probe_format(win, sizeof win, NULL);
+    if (d != n->drv) {
         return err_setx(EPERM,
                         "%s: refusing a write that would make this probed raw image look like %s "
                         "(name the format raw explicitly to allow it)",
-                        n->filename, d->name);
+                        n->filename, d ? d->name : "two formats at once");
     }
     return 0;
 }
@@ -116,26 +146,55 @@ static int raw_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov
                        unsigned flags)
 {
     struct raw_state *s = n->opaque;
-    int r = raw_check_probe_safe(n, off, iov, iovcnt);
+    uint64_t len = iov_length(iov, iovcnt);
+    int r;
 
-    if (r < 0) {
-        return r;
+    if (!raw_guarded(s, off, len)) {
+        return blk_pwritev(n->file, s->offset + off, iov, iovcnt, flags);
     }
-    return blk_pwritev(n->file, s->offset + off, iov, iovcnt, flags);
+    pthread_mutex_lock(&s->guard_lock);
+    r = raw_guard_check_locked(n, off, len, iov, iovcnt);
+    if (r == 0) {
+        r = blk_pwritev(n->file, s->offset + off, iov, iovcnt, flags);
+    }
+    pthread_mutex_unlock(&s->guard_lock);
+    return r;
 }
 
 static int raw_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct raw_state *s = n->opaque;
+    int r;
 
-    return blk_pwrite_zeroes(n->file, s->offset + off, len, flags);
+    if (!raw_guarded(s, off, len)) {
+        return blk_pwrite_zeroes(n->file, s->offset + off, len, flags);
+    }
+    pthread_mutex_lock(&s->guard_lock);
+    r = raw_guard_check_locked(n, off, len, NULL, 0);
+    if (r == 0) {
+        r = blk_pwrite_zeroes(n->file, s->offset + off, len, flags);
+    }
+    pthread_mutex_unlock(&s->guard_lock);
+    return r;
 }
 
+/* A discarded range reads back as zeroes or as it was; what it was has
+ * passed the check already, so zeroes are what to check. */
 static int raw_discard(struct blk_node *n, uint64_t off, uint64_t len)
 {
     struct raw_state *s = n->opaque;
+    int r;
 
-    return blk_discard(n->file, s->offset + off, len);
+    if (!raw_guarded(s, off, len)) {
+        return blk_discard(n->file, s->offset + off, len);
+    }
+    pthread_mutex_lock(&s->guard_lock);
+    r = raw_guard_check_locked(n, off, len, NULL, 0);
+    if (r == 0) {
+        r = blk_discard(n->file, s->offset + off, len);
+    }
+    pthread_mutex_unlock(&s->guard_lock);
+    return r;
 }
 
 static int raw_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
@@ -261,6 +320,7 @@ static const struct blk_driver raw_driver = {
     .state_size = sizeof(struct raw_state),
     .probe = raw_probe,
     .open = raw_open,
+    .close = raw_close,
     .preadv = raw_preadv,
     .pwritev = raw_pwritev,
     .pwrite_zeroes = raw_pwrite_zeroes,

@@ -432,10 +432,11 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
 
 /* ---- open and close ---- */
 
-static int qcow2_probe(const uint8_t *buf, size_t len)
+static int qcow2_probe(const uint8_t *buf, size_t len, const char *filename)
 {
     uint32_t magic, version;
 
+    (void)filename;
     if (len < 8) {
         return 0;
     }

@@ -1,0 +1,219 @@
+/* tests/unit/test-probe.c: format probing over crafted first sectors: each
+ * recogniser of formats/foreign.c, qcow2 and raw, and how the registry
+ * ranks claims (blk_probe_all: score order, ties, a second claim). */
+#include <string.h>
+
+#include "block/driver.h"
+#include "check.h"
+#include "formats/foreign.h"
+
+CHECK_GLOBALS
+
+static uint8_t sec[BLK_PROBE_BYTES];
+
+static void clear(void)
+{
+    memset(sec, 0, sizeof sec);
+}
+
+static void put(size_t at, const void *p, size_t n)
+{
+    memcpy(sec + at, p, n);
+}
+
+static void put_le32(size_t at, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        sec[at + i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static const char *probed(const char *filename)
+{
+    const struct blk_driver *d = blk_probe_format(sec, sizeof sec, filename);
+
+    return d ? d->name : "(tie)";
+}
+
+static void test_qcow_and_qcow2(void)
+{
+    clear();
+    put(0, "QFI\xfb\0\0\0\x01", 8);
+    CHECK_EQ(foreign_probe_qcow(sec, sizeof sec, NULL), 100);
+    CHECK(strcmp(probed(NULL), "qcow") == 0);
+    put(0, "QFI\xfb\0\0\0\x03", 8);
+    CHECK_EQ(foreign_probe_qcow(sec, sizeof sec, NULL), 0);
+    CHECK(strcmp(probed(NULL), "qcow2") == 0);
+    put(0, "QFI\xfb\0\0\0\x00", 8); /* version 0: nobody's */
+    CHECK(strcmp(probed(NULL), "raw") == 0);
+    CHECK_EQ(foreign_probe_qcow(sec, 47, NULL), 0); /* header is 48 bytes */
+}
+
+static void test_qed(void)
+{
+    clear();
+    put(0, "QED", 4);
+    CHECK_EQ(foreign_probe_qed(sec, sizeof sec, NULL), 100);
+    CHECK_EQ(foreign_probe_qed(sec, 63, NULL), 0);
+    put(3, "\x01", 1);
+    CHECK_EQ(foreign_probe_qed(sec, sizeof sec, NULL), 0);
+}
+
+static void test_vmdk(void)
+{
+    static const struct {
+        const char *text;
+        int score;
+    } rows[] = {
+        {"# Disk DescriptorFile\nversion=1\nCID=1\n", 100},
+        {"version=2\n", 100},
+        {"version=3\r\n", 100},
+        {"#a\n#b\n   \n  \r\nversion=1\n", 100},
+        {"version=4\n", 0},
+        {"  x\nversion=1\n", 0},   /* spaces must end the line */
+        {"\nversion=1\n", 0},      /* an empty line is not skipped */
+        {"CID=1\nversion=1\n", 0}, /* version must come first */
+        {"version=1", 0},          /* no line end */
+        {"# only a comment", 0},   /* runs off the end */
+        {"Version=1\n", 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        clear();
+        put(0, rows[i].text, strlen(rows[i].text));
+        /* The buffer ends right after the text, as a short file would. */
+        int got = foreign_probe_vmdk(sec, strlen(rows[i].text), NULL);
+        if (got != rows[i].score) {
+            fprintf(stderr, "vmdk text %zu scores %d\n", i, got);
+            CHECK(0);
+        }
+    }
+    clear();
+    put(0, "KDMV", 4);
+    CHECK_EQ(foreign_probe_vmdk(sec, sizeof sec, NULL), 100);
+    put(0, "COWD", 4);
+    CHECK_EQ(foreign_probe_vmdk(sec, sizeof sec, NULL), 100);
+    CHECK_EQ(foreign_probe_vmdk(sec, 3, NULL), 0);
+}
+
+static void test_vpc_vhdx(void)
+{
+    clear();
+    put(0, "conectix", 8);
+    CHECK(strcmp(probed(NULL), "vpc") == 0);
+    put(0, "vhdxfile", 8);
+    CHECK(strcmp(probed(NULL), "vhdx") == 0);
+    put(0, "vhdxfilf", 8);
+    CHECK(strcmp(probed(NULL), "raw") == 0);
+}
+
+static void test_vdi(void)
+{
+    clear();
+    put(0, "<<< Oracle VM VirtualBox Disk Image >>>\n", 40);
+    put_le32(64, 0xbeda107f);
+    CHECK_EQ(foreign_probe_vdi(sec, sizeof sec, NULL), 100);
+    CHECK_EQ(foreign_probe_vdi(sec, 511, NULL), 0);
+    put_le32(64, 0x7f10dabe);
+    CHECK_EQ(foreign_probe_vdi(sec, sizeof sec, NULL), 0);
+}
+
+static void test_parallels(void)
+{
+    clear();
+    put(0, "WithoutFreeSpace", 16);
+    put_le32(16, 2);
+    CHECK_EQ(foreign_probe_parallels(sec, sizeof sec, NULL), 100);
+    put(0, "WithouFreSpacExt", 16);
+    CHECK_EQ(foreign_probe_parallels(sec, sizeof sec, NULL), 100);
+    put_le32(16, 3);
+    CHECK_EQ(foreign_probe_parallels(sec, sizeof sec, NULL), 0);
+}
+
+static void test_bochs(void)
+{
+    clear();
+    put(0, "Bochs Virtual HD Image", 23);
+    put(32, "Redolog", 8);
+    put(48, "Growing", 8);
+    put_le32(64, 0x00020000);
+    CHECK_EQ(foreign_probe_bochs(sec, sizeof sec, NULL), 100);
+    put_le32(64, 0x00010000);
+    CHECK_EQ(foreign_probe_bochs(sec, sizeof sec, NULL), 100);
+    put_le32(64, 0x00030000);
+    CHECK_EQ(foreign_probe_bochs(sec, sizeof sec, NULL), 0);
+    put_le32(64, 0x00020000);
+    put(48, "Undoable", 9); /* only growing images */
+    CHECK_EQ(foreign_probe_bochs(sec, sizeof sec, NULL), 0);
+    put(48, "Growing!", 9); /* the field must end where the name does */
+    CHECK_EQ(foreign_probe_bochs(sec, sizeof sec, NULL), 0);
+}
+
+static void test_cloop_dmg_luks(void)
+{
+    const char *cloop = "#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0 && mount -r -t iso9660 "
+                        "/dev/cloop $1\n";
+
+    clear();
+    put(0, cloop, strlen(cloop));
+    CHECK_EQ(foreign_probe_cloop(sec, sizeof sec, NULL), 2);
+    CHECK(strcmp(probed(NULL), "cloop") == 0);
+    CHECK_EQ(foreign_probe_cloop(sec, 12, NULL), 2); /* as much as the buffer holds */
+    sec[5] = 'X';
+    CHECK_EQ(foreign_probe_cloop(sec, sizeof sec, NULL), 0);
+
+    clear();
+    CHECK_EQ(foreign_probe_dmg(sec, sizeof sec, "a/disk.dmg"), 2);
+    CHECK_EQ(foreign_probe_dmg(sec, sizeof sec, ".dmg"), 0); /* more than the suffix */
+    CHECK_EQ(foreign_probe_dmg(sec, sizeof sec, "disk.DMG"), 0);
+    CHECK_EQ(foreign_probe_dmg(sec, sizeof sec, NULL), 0);
+    CHECK(strcmp(probed("x.dmg"), "dmg") == 0);
+    /* A magic outranks the name. */
+    put(0, "QFI\xfb\0\0\0\x03", 8);
+    CHECK(strcmp(probed("x.dmg"), "qcow2") == 0);
+
+    clear();
+    put(0, "LUKS\xba\xbe\0\x01", 8);
+    CHECK_EQ(foreign_probe_luks(sec, sizeof sec, NULL), 100);
+    put(0, "LUKS\xba\xbe\0\x02", 8); /* LUKS2: qemu 7.2 does not probe it */
+    CHECK_EQ(foreign_probe_luks(sec, sizeof sec, NULL), 0);
+}
+
+static void test_rank(void)
+{
+    struct blk_probe p;
+
+    clear();
+    blk_probe_all(sec, sizeof sec, NULL, &p);
+    CHECK(strcmp(p.best->name, "raw") == 0);
+    CHECK(p.other == NULL);
+    CHECK(!p.tie);
+
+    /* qcow2 at 0 and a VDI signature at 64: both certain, a tie. */
+    put(0, "QFI\xfb\0\0\0\x03", 8);
+    put_le32(64, 0xbeda107f);
+    blk_probe_all(sec, sizeof sec, NULL, &p);
+    CHECK(p.tie);
+    CHECK(p.other != NULL);
+    CHECK(blk_probe_format(sec, sizeof sec, NULL) == NULL);
+
+    /* qcow2 named x.dmg: qcow2 wins, dmg is a second claim. */
+    put_le32(64, 0);
+    blk_probe_all(sec, sizeof sec, "x.dmg", &p);
+    CHECK(strcmp(p.best->name, "qcow2") == 0);
+    CHECK(p.other && strcmp(p.other->name, "dmg") == 0);
+    CHECK(!p.tie);
+}
+
+int main(void)
+{
+    RUN(test_qcow_and_qcow2);
+    RUN(test_qed);
+    RUN(test_vmdk);
+    RUN(test_vpc_vhdx);
+    RUN(test_vdi);
+    RUN(test_parallels);
+    RUN(test_bochs);
+    RUN(test_cloop_dmg_luks);
+    RUN(test_rank);
+    return check_exit();
+}
