@@ -150,6 +150,9 @@ struct blk_node *blk_image_root(const struct blk_image *img);
 /* Images in the backing chain, this one included. */
 unsigned blk_image_chain_length(const struct blk_image *img);
 const char *blk_image_format(const struct blk_image *img);
+/* The format was probed, not given (a probed raw image guards its first
+ * sector against writes that would make it probe as another format). */
+bool blk_image_format_probed(const struct blk_image *img);
 
 int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len);
 int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,

@@ -25,6 +25,7 @@ struct blk_image {
     enum blk_discard_mode discard;
     bool read_only;
     bool writethrough;
+    bool probed; /* the format was guessed, not named */
 };
 
 int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
@@ -92,6 +93,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     img->discard = opts->discard;
     img->read_only = o.read_only;
     img->writethrough = blk_cache_mode_writethrough(opts->cache);
+    img->probed = opts->format == NULL;
     *out = img;
     return 0;
 }
@@ -156,6 +158,11 @@ unsigned blk_image_chain_length(const struct blk_image *img)
 const char *blk_image_format(const struct blk_image *img)
 {
     return img->root->drv->name;
+}
+
+bool blk_image_format_probed(const struct blk_image *img)
+{
+    return img->probed;
 }
 
 int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len)

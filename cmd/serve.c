@@ -176,6 +176,20 @@ static bool serve_all_read_only(const struct serve_opts *o)
     return true;
 }
 
+/* As qemu-nbd does: a guessed raw format is a risk the user should
+ * know of, and the guard it brings can refuse a client's writes. */
+static void serve_warn_probed_raw(const struct serve_export *e)
+{
+    if (!blk_image_format_probed(e->opened) || strcmp(blk_image_format(e->opened), "raw") != 0 ||
+        blk_image_read_only(e->opened)) {
+        return;
+    }
+    log_warn("%s: format not given and probed as raw: writes that would make its first sector "
+             "look like another image format are refused; name the format (-f raw, or "
+             "format=raw in --export) to lift that",
+             e->img.filename);
+}
+
 /* Open every export's image and hand it to the server. */
 static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
 {
@@ -184,6 +198,7 @@ static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
         struct blk_bitmap *bms[NBD_MAX_BITMAPS] = {NULL};
         int r = blk_image_open(&e->opened, &e->img);
         if (r == 0) {
+            serve_warn_probed_raw(e);
             r = serve_load_bitmaps(e, bms);
         }
         if (r == 0) {
