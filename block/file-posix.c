@@ -46,6 +46,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "driver.h"
@@ -101,29 +102,32 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
  * O_NONBLOCK cleared. */
 static int file_open_checked(const char *path, int flags, int *fd, struct stat *st)
 {
+    /* The path may come from an image: quoted escaped. */
+    CLEANUP_FREE char *esc = str_escape(path);
+    const char *name = esc ? esc : "?";
     struct stat pre;
 
     *fd = open(path, flags | O_NONBLOCK | O_NOCTTY);
     if (*fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
         if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISBLK(pre.st_mode)) {
-            return err_setx(EINVAL, "%s is not a regular file or a block device", path);
+            return err_setx(EINVAL, "%s is not a regular file or a block device", name);
         }
         return err_setx(EINVAL,
                         "%s: the file system does not support O_DIRECT "
                         "(needed by cache=none and cache=directsync)",
-                        path);
+                        name);
     }
     if (*fd < 0) {
-        return err_set(errno, "%s", path);
+        return err_set(errno, "%s", name);
     }
     if (fstat(*fd, st) < 0) {
-        return err_set(errno, "%s: fstat", path);
+        return err_set(errno, "%s: fstat", name);
     }
     if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) {
-        return err_setx(EINVAL, "%s is not a regular file or a block device", path);
+        return err_setx(EINVAL, "%s is not a regular file or a block device", name);
     }
     if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) < 0) {
-        return err_set(errno, "%s: fcntl", path);
+        return err_set(errno, "%s: fcntl", name);
     }
     return 0;
 }

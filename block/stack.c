@@ -58,9 +58,11 @@ static int blk_check_chain(const struct blk_open_opts *o)
 {
     struct stat st;
 
+    CLEANUP_FREE char *esc = str_escape(o->filename); /* may come from an image */
+
     if (o->depth > BLK_MAX_CHAIN_DEPTH) {
         return err_setx(ELOOP, "backing chain deeper than %d backing files (%s is number %u)",
-                        BLK_MAX_CHAIN_DEPTH, o->filename, o->depth);
+                        BLK_MAX_CHAIN_DEPTH, esc ? esc : "?", o->depth);
     }
     if (!o->chain || stat(o->filename, &st) < 0) {
         return 0; /* the protocol driver reports a missing file */
@@ -68,7 +70,7 @@ static int blk_check_chain(const struct blk_open_opts *o)
     for (const struct blk_chain *c = o->chain; c; c = c->up) {
         if (c->dev == st.st_dev && c->ino == st.st_ino) {
             return err_setx(ELOOP, "%s: backing file loop (the file is already in the chain)",
-                            o->filename);
+                            esc ? esc : "?");
         }
     }
     return 0;

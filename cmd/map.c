@@ -9,6 +9,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
+#include "common/escape.h"
 #include "common/util.h"
 
 static void map_usage(FILE *f)
@@ -24,8 +25,8 @@ static void map_usage(FILE *f)
                "                       json: every range with start, length, depth, present,\n"
                "                       zero, data and offset, as qemu-img map\n"
                "  -s, --start-offset=OFF   start there (default 0)\n"
-               "  -l, --max-length=LEN     stop after LEN bytes\n" CMD_TLS_HELP
-               "  -h, --help           this help\n"
+               "  -l, --max-length=LEN     stop after LEN bytes\n"
+               "" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-map(1).\n");
@@ -68,8 +69,10 @@ static int map_print(const struct map_entry *e, bool json, bool first)
     if (!e->data || e->zero) {
         return 0; /* only ranges with data stored in a file */
     }
+    /* The file may be a backing file, named by the image: escaped. */
+    CLEANUP_FREE char *file = str_escape(e->filename ? e->filename : "");
     printf("%#-16" PRIx64 "%#-16" PRIx64 "%#-16" PRIx64 "%s\n", e->start, e->length, e->offset,
-           e->filename ? e->filename : "");
+           file ? file : "?");
     return 0;
 }
 
@@ -84,6 +87,7 @@ static int map_run(int argc, char **argv)
         {"max-length", required_argument, NULL, 'l'},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true};

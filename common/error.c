@@ -46,6 +46,19 @@ static void err_store(const char *head, const char *sep, const char *tail)
     memcpy(err_buf + keep_head + el, whole + from, len - from + 1);
 }
 
+/* A message is one line that is safe on a terminal.  Strings from images
+ * and peers are escaped where they are quoted (common/escape.h); this
+ * catches any that were not, so that no control character reaches a
+ * terminal or a log as it is. */
+static void err_neutralise(void)
+{
+    for (char *p = err_buf; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
+}
+
 static void err_vformat(int errnum, bool with_strerror, const char *fmt, va_list ap)
 {
     int saved = errno;
@@ -59,6 +72,7 @@ static void err_vformat(int errnum, bool with_strerror, const char *fmt, va_list
     } else {
         err_store(msg, "", "");
     }
+    err_neutralise();
     errno = saved;
 }
 
@@ -94,6 +108,7 @@ void err_prefix(const char *fmt, ...)
     }
     va_end(ap);
     err_store(prefix, old[0] ? ": " : "", old);
+    err_neutralise();
 }
 
 const char *err_msg(void)

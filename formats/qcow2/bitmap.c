@@ -22,6 +22,7 @@
 #include "block/bitmap.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/log.h"
 #include "qcow2.h"
 
@@ -121,8 +122,9 @@ static int parse_directory(struct qcow2_state *s, const uint8_t *dir, uint64_t s
         }
         for (uint32_t i = 0; i < s->n_bitmaps; i++) {
             if (strcmp(s->bitmaps[i].name, s->bitmaps[s->n_bitmaps].name) == 0) {
+                CLEANUP_FREE char *esc = str_escape(s->bitmaps[i].name);
                 free(s->bitmaps[s->n_bitmaps].name);
-                return err_setx(EINVAL, "two bitmaps are named '%s'", s->bitmaps[i].name);
+                return err_setx(EINVAL, "two bitmaps are named '%s'", esc ? esc : "?");
             }
         }
         s->bitmaps[s->n_bitmaps++].dir_pos = pos;

@@ -13,6 +13,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "qcow2-format.h"
 
 uint64_t qcow2_l1_entries_for(uint64_t size, uint32_t cluster_bits, bool extended_l2)
@@ -67,17 +68,16 @@ void qcow2_feature_name(const struct qcow2_header *h, enum qcow2_feature_type ty
     snprintf(out, outlen, "unknown %s feature bit %u", type_names[type], bit);
 }
 
-/* A string from the image: bounded, without NUL bytes or other control
- * characters (these names end up in one-line error messages and on
- * terminals, where a newline or an escape sequence would be forged output). */
+/* A string from the image: bounded and without NUL bytes (it must name
+ * what the header says, not a prefix of it).  Other bytes are kept, as
+ * qemu keeps them: a file name may hold any byte but NUL and '/'.  Every
+ * place that prints one escapes it (common/escape.h). */
 static char *qcow2_string(const uint8_t *p, uint32_t len)
 {
     char *s;
 
-    for (uint32_t i = 0; i < len; i++) {
-        if (p[i] < 0x20 || p[i] == 0x7f) {
-            return NULL;
-        }
+    if (memchr(p, '\0', len)) {
+        return NULL;
     }
     s = malloc((size_t)len + 1);
     if (s) {
@@ -171,9 +171,7 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
             free(h->backing_format);
             h->backing_format = qcow2_string(data, len);
             if (!h->backing_format) {
-                return err_setx(
-                    EINVAL,
-                    "qcow2: backing format name contains a NUL byte or a control character");
+                return err_setx(EINVAL, "qcow2: backing format name contains a NUL byte");
             }
             break;
         case QCOW2_EXT_FEATURE_TABLE:
@@ -200,8 +198,7 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
             free(h->data_file);
             h->data_file = qcow2_string(data, len);
             if (!h->data_file) {
-                return err_setx(EINVAL,
-                                "qcow2: data file name contains a NUL byte or a control character");
+                return err_setx(EINVAL, "qcow2: data file name contains a NUL byte");
             }
             break;
         default:
@@ -304,11 +301,12 @@ static int qcow2_check_features(struct qcow2_header *h)
         return err_setx(ENOTSUP, "qcow2: unsupported incompatible feature: %s", name);
     }
     if (h->incompatible_features & QCOW2_INCOMPAT_DATA_FILE) {
+        /* Never opened: refused before any file is looked at. */
+        CLEANUP_FREE char *esc = h->data_file ? str_escape(h->data_file) : NULL;
         return err_setx(ENOTSUP,
                         "qcow2: images with an external data file%s%s%s are not "
                         "supported",
-                        h->data_file ? " ('" : "", h->data_file ? h->data_file : "",
-                        h->data_file ? "')" : "");
+                        esc ? " ('" : "", esc ? esc : "", esc ? "')" : "");
     }
     if (h->crypt_method != 0) {
         return err_setx(ENOTSUP,
@@ -422,8 +420,7 @@ int qcow2_header_parse(const uint8_t *buf, size_t len, uint64_t file_size, struc
         }
         h->backing_file = qcow2_string(buf + h->backing_file_offset, h->backing_file_size);
         if (!h->backing_file) {
-            r = err_setx(EINVAL,
-                         "qcow2: backing file name contains a NUL byte or a control character");
+            r = err_setx(EINVAL, "qcow2: backing file name contains a NUL byte");
             goto fail;
         }
         ext_end = (size_t)h->backing_file_offset;
