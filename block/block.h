@@ -104,8 +104,8 @@ struct blk_image_opts {
      * unless no_backing (metadata only); the format must be given or
      * probed unambiguously. */
     bool untrusted;
-    bool for_check;          /* for check: report (do not repair) a dirty image, and allow
-                                repairing one marked corrupt */
+    bool for_check; /* for check: report (do not repair) a dirty image, and allow
+                       repairing one marked corrupt */
     /* Locking (qemu's image locks, block/file-lock.h): a reader needs
      * consistent reads, a writer writes too, resize grows or shrinks it;
      * none lets another process write or resize the image (-EBUSY, see
@@ -297,6 +297,7 @@ struct blk_create_opts {
     const char *backing_format; /* -F; probed when NULL */
     const char *options;        /* -o key=value,... (format specific) */
     bool no_open_backing;       /* -u: trust size and backing format as given */
+    bool untrusted;             /* --untrusted: open the backing file alone, for its size */
     /* Non-NULL: the file's locks stay held here after blk_create returns
      * (until blk_file_lock_release), keeping other processes out until the
      * caller has opened the new image itself (convert). */

@@ -40,7 +40,7 @@ static void bench_usage(FILE *f)
                "                     write FUA, unsafe drops flushes, even over NBD\n"
                "      --aio=ENGINE   threads (default) or io_uring, for a local image\n"
                "  -U, --force-share  read an image another process writes (not with -w)\n"
-               "      --output=FMT   human (default) or json\n" CMD_TLS_HELP
+               "      --output=FMT   human (default) or json\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
                "  -h, --help         this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
@@ -128,6 +128,7 @@ static int bench_run(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK,

@@ -27,7 +27,7 @@ static void check_usage(FILE *f)
                "                       (not with -r; what a writer changes meanwhile may\n"
                "                       show as errors)\n"
                "  -T CACHE             accepted for compatibility (the check reads "
-               "metadata)\n" CMD_TLS_HELP "  -h, --help           this help\n"
+               "metadata)\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
                "2 corruptions, 3 leaked clusters only, " CMD_IN_USE_HELP ",\n"
@@ -145,6 +145,7 @@ static int check_run(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true, .no_backing = true, .for_check = true};

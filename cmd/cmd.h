@@ -72,8 +72,20 @@ enum { CMD_OPT_TLS_CREDS = 0x4000, CMD_OPT_TLS_PSK, CMD_OPT_TLS_USERNAME };
     {                                                                                              \
         "tls-username", required_argument, NULL, CMD_OPT_TLS_USERNAME                              \
     }
+/* --untrusted, shared by the same subcommands: open each image alone
+ * (no backing file, no data file, nothing it names), with its format
+ * given or probed unambiguously.  See "Handling untrusted images" in
+ * diskimg(1). */
+enum { CMD_OPT_UNTRUSTED = 0x4100 };
+#define CMD_UNTRUSTED_LONGOPT                                                                      \
+    {                                                                                              \
+        "untrusted", no_argument, NULL, CMD_OPT_UNTRUSTED                                          \
+    }
+#define CMD_UNTRUSTED_HELP                                                                         \
+    "      --untrusted        open the image alone: refuse its backing file and\n"                 \
+    "                         anything else it names (for downloaded images)\n"
 struct blk_image_opts;
-/* Applies a TLS option to o; returns true if c was one. */
+/* Applies a TLS option or --untrusted to o; returns true if c was one. */
 bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o);
 #define CMD_TLS_HELP                                                                               \
     "      --tls-creds=DIR    nbds:// X.509: DIR/ca-cert.pem, client-cert.pem and\n"               \

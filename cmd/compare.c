@@ -40,7 +40,7 @@ static void compare_usage(FILE *f)
                "  -U, --force-share  compare even while another process writes an image\n"
                "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
                "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP
-               "  -h        this help\n"
+                   CMD_UNTRUSTED_HELP "  -h        this help\n"
                "\n"
                "Without -s, an image larger than the other is equal if its extra tail reads\n"
                "as zeroes, and a hole equals written zeroes.\n"
@@ -149,6 +149,7 @@ static int compare_run(int argc, char **argv)
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
 

@@ -67,7 +67,8 @@ static void convert_usage(FILE *f)
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
             "  -p                progress on stderr (percent, rate, time left)\n"
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
-            "  -q                quiet\n" CMD_TLS_HELP "  -h, --help        this help\n"
+            "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
+            "  -h, --help        this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP
             ", 130/143 SIGINT/SIGTERM.  A target\n"
@@ -110,6 +111,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -251,6 +253,13 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     if (o->create.backing_format && !o->create.backing_file) {
         return cmd_usage_error("convert", "-F names the format of the -B backing file");
     }
+    if (o->src.untrusted && o->create.backing_file) {
+        return cmd_usage_error("convert", "-B gives the target a backing file to read, which "
+                                          "--untrusted does not open");
+    }
+    /* --untrusted: the source is opened alone; so is an existing target
+     * (it may be a download too), while a target made here is ours. */
+    o->dst.untrusted = o->src.untrusted && !o->create_target;
     if (o->copy.compress && strcmp(o->create.format, "qcow2") != 0) {
         return cmd_usage_error("convert", "-c needs -O qcow2 (%s has no compression)",
                                o->create.format);

@@ -23,6 +23,8 @@ static void create_usage(FILE *f)
                "  -F FMT               format of the backing file (probed if not given)\n"
                "  -u                   do not open the backing file (needs SIZE and -F)\n"
                "  -q                   quiet: do not print the 'Formatting' line\n"
+               "      --untrusted      open the -b file alone, for its size only (nothing it\n"
+               "                       names); its format must be given or unambiguous\n"
                "  -h, --help           this help\n"
                "\n"
                "SIZE takes the suffixes k, M, G, T, P, E (powers of 1024).\n"
@@ -38,6 +40,7 @@ static int create_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
         {"force-share", no_argument, NULL, 'U'},
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_create_opts o = {.format = "raw"};
@@ -76,6 +79,9 @@ static int create_run(int argc, char **argv)
         case 'U':
             return cmd_usage_error("create", "-U (--force-share) is for commands that only "
                                              "read; create writes");
+        case CMD_OPT_UNTRUSTED:
+            o.untrusted = true;
+            break;
         case ':':
             return cmd_usage_error("create", "option '%s' needs a value", argv[optind - 1]);
         default:

@@ -1,6 +1,7 @@
 /* cmd/info.c: "diskimg info", as qemu-img info: the same human lines and
  * the same JSON field names.  Backing files are never opened to answer
- * about the top image; --backing-chain opens each one in turn (by itself,
+ * about the top image (its backing name is read from its header and
+ * printed, escaped); --backing-chain opens each one in turn (by itself,
  * metadata only) and refuses loops. */
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,6 +13,8 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/cleanup.h"
+#include "common/escape.h"
 #include "common/json.h"
 
 /* The top image and its backing files. */
@@ -19,19 +22,21 @@
 
 static void info_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain] [-U] FILE\n"
-               "\n"
-               "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
-               "and format-specific details (same fields as qemu-img info).\n"
-               "\n"
-               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
-               "  -U, --force-share    read the image even while another process writes it\n"
-               "      --output=FMT     human (default) or json\n"
-               "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP
-               "  -h, --help           this help\n"
-               "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
-               "See diskimg-info(1).\n");
+    fprintf(f,
+            "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain | --untrusted]\n"
+            "                    [-U] FILE\n"
+            "\n"
+            "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
+            "and format-specific details (same fields as qemu-img info).\n"
+            "\n"
+            "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+            "  -U, --force-share    read the image even while another process writes it\n"
+            "      --output=FMT     human (default) or json\n"
+            "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP
+                CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
+            "See diskimg-info(1).\n");
 }
 
 /* Persistent bitmaps, as qemu-img lists them: flags in-use, then auto. */
@@ -69,7 +74,8 @@ static void info_bitmaps_human(const struct blk_image_info *in)
         if (bm->enabled) {
             printf("                [%u]: auto\n", k++);
         }
-        printf("            name: %s\n            granularity: %" PRIu64 "\n", bm->name,
+        CLEANUP_FREE char *name = str_escape(bm->name);
+        printf("            name: %s\n            granularity: %" PRIu64 "\n", name ? name : "?",
                bm->granularity);
     }
 }
@@ -155,8 +161,20 @@ static void info_snapshots_human(const struct blk_image_info *in)
         snprintf(clock, sizeof clock, "%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%03" PRIu64,
                  ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, ms % 1000);
         snprintf(icount, sizeof icount, "%" PRId64, sn->icount < 0 ? 0 : sn->icount);
-        printf("%-10s%-17s%8s%20s%13s%11s\n", sn->id, sn->name, size, date, clock, icount);
+        CLEANUP_FREE char *id = str_escape(sn->id);
+        CLEANUP_FREE char *name = str_escape(sn->name);
+        printf("%-10s%-17s%8s%20s%13s%11s\n", id ? id : "?", name ? name : "?", size, date, clock,
+               icount);
     }
+}
+
+/* Strings from the image (and, down a backing chain, its file names)
+ * are printed escaped: a name may hold terminal control sequences. */
+static void info_line(const char *label, const char *value)
+{
+    CLEANUP_FREE char *esc = str_escape(value);
+
+    printf("%s: %s\n", label, esc ? esc : "?");
 }
 
 static void info_human(const char *filename, const struct blk_image_info *in)
@@ -164,8 +182,8 @@ static void info_human(const char *filename, const struct blk_image_info *in)
     char vsize[32], dsize[32];
 
     cmd_size_str(in->virtual_size, vsize, sizeof vsize);
-    printf("image: %s\n", filename);
-    printf("file format: %s\n", in->format);
+    info_line("image", filename);
+    info_line("file format", in->format);
     printf("virtual size: %s (%" PRIu64 " bytes)\n", vsize, in->virtual_size);
     if (in->actual_size >= 0) {
         cmd_size_str((uint64_t)in->actual_size, dsize, sizeof dsize);
@@ -180,13 +198,15 @@ static void info_human(const char *filename, const struct blk_image_info *in)
         printf("cleanly shut down: no\n");
     }
     if (in->backing_file) {
-        printf("backing file: %s", in->backing_file);
+        CLEANUP_FREE char *name = str_escape(in->backing_file);
+        CLEANUP_FREE char *full = str_escape(in->full_backing_file);
+        printf("backing file: %s", name ? name : "?");
         if (strcmp(in->backing_file, in->full_backing_file) != 0) {
-            printf(" (actual path: %s)", in->full_backing_file);
+            printf(" (actual path: %s)", full ? full : "?");
         }
         printf("\n");
         if (in->backing_format) {
-            printf("backing file format: %s\n", in->backing_format);
+            info_line("backing file format", in->backing_format);
         }
     }
     if (in->n_snapshots) {
@@ -197,9 +217,11 @@ static void info_human(const char *filename, const struct blk_image_info *in)
         for (unsigned i = 0; i < in->n_fields; i++) {
             const struct blk_info_field *f = &in->fields[i];
             switch (f->type) {
-            case BLK_INFO_STR:
-                printf("    %s: %s\n", f->label, f->s);
+            case BLK_INFO_STR: {
+                CLEANUP_FREE char *v = str_escape(f->s);
+                printf("    %s: %s\n", f->label, v ? v : "?");
                 break;
+            }
             case BLK_INFO_INT:
                 printf("    %s: %" PRId64 "\n", f->label, f->i);
                 break;
@@ -231,6 +253,7 @@ static int info_open(const char *filename, const char *format, const struct blk_
                                .read_only = true,
                                .no_backing = true,
                                .force_share = tls->force_share,
+                               .untrusted = tls->untrusted,
                                .tls_creds = tls->tls_creds,
                                .tls_psk = tls->tls_psk,
                                .tls_username = tls->tls_username};
@@ -255,10 +278,11 @@ static int info_run(int argc, char **argv)
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
-    struct blk_image_opts tls = {0}; /* only the TLS fields and force_share */
+    struct blk_image_opts tls = {0}; /* only the TLS fields, force_share and untrusted */
     bool json = false, chain = false;
     struct json_writer w;
     struct {
@@ -300,6 +324,10 @@ static int info_run(int argc, char **argv)
     if (optind + 1 != argc) {
         return cmd_usage_error("info", "expected one FILE");
     }
+    if (chain && tls.untrusted) {
+        return cmd_usage_error("info", "--backing-chain opens the backing files, which "
+                                       "--untrusted does not");
+    }
     json_init(&w, stdout, false);
     if (json && chain) {
         json_begin_array(&w, NULL);
@@ -313,7 +341,9 @@ static int info_run(int argc, char **argv)
         if (stat(name, &st) == 0) {
             for (unsigned i = 0; i < nseen; i++) {
                 if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino) {
-                    fprintf(stderr, "diskimg: backing file '%s' creates an infinite loop\n", name);
+                    CLEANUP_FREE char *esc = str_escape(name);
+                    fprintf(stderr, "diskimg: backing file '%s' creates an infinite loop\n",
+                            esc ? esc : "?");
                     r = -1;
                 }
             }
@@ -346,10 +376,11 @@ static int info_run(int argc, char **argv)
         free(fmt);
         if (chain && in.backing_file && backing_is_protocol(in.backing_file)) {
             /* The same rule as opening: a header never makes us connect. */
+            CLEANUP_FREE char *esc = str_escape(in.backing_file);
             fprintf(stderr,
                     "diskimg: backing file '%s' names a protocol, which is not opened "
                     "from an image header\n",
-                    in.backing_file);
+                    esc ? esc : "?");
             blk_image_info_free(&in);
             name = fmt = NULL;
             r = -1;

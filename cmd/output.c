@@ -70,6 +70,9 @@ bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o)
     case CMD_OPT_TLS_USERNAME:
         o->tls_username = arg;
         return true;
+    case CMD_OPT_UNTRUSTED:
+        o->untrusted = true;
+        return true;
     default:
         return false;
     }

@@ -17,7 +17,7 @@ static void resize_usage(FILE *f)
                "  -f, --format=FMT  raw or qcow2 (default: probe)\n"
                "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
                "                    stored past the new end\n"
-               "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP
+               "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
                "  -h, --help        this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP "\n"
@@ -34,6 +34,7 @@ static int resize_run(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
+        CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.discard = BLK_DISCARD_UNMAP};

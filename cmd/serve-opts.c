@@ -46,6 +46,9 @@ void serve_usage(FILE *f)
         "                           above are its defaults\n"
         "      --l2-cache-size=SIZE qcow2: L2 table cache (default: enough for the whole\n"
         "                           image, at most 32M); refcount cache is a quarter of it\n"
+        "      --untrusted          open each image alone: refuse one with a backing file\n"
+        "                           (or anything else it names); the format must be\n"
+        "                           given or probed unambiguously (see diskimg(1))\n"
         "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
         "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
         "      --image-opts         IMAGE is driver=raw|qcow2,file.filename=PATH[,offset=N]\n"
@@ -284,6 +287,7 @@ enum {
     OPT_TLS_PRIORITY,
     OPT_EXPORT,
     OPT_IDLE_TIMEOUT,
+    OPT_UNTRUSTED,
 };
 
 static const struct option serve_long_opts[] = {
@@ -327,6 +331,7 @@ static const struct option serve_long_opts[] = {
     {"export", required_argument, NULL, OPT_EXPORT},
     {"max-connections", required_argument, NULL, 'e'},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+    {"untrusted", no_argument, NULL, OPT_UNTRUSTED},
     {NULL, 0, NULL, 0},
 };
 
@@ -376,6 +381,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             break;
         case 'U':
             o->img.force_share = true;
+            break;
+        case OPT_UNTRUSTED:
+            o->img.untrusted = true;
             break;
         case 'l':
             o->img.snapshot = optarg; /* served read-only: see below */

@@ -30,6 +30,7 @@ struct create_opts {
     int compression_type;
     const char *backing_file;
     const char *backing_format;
+    bool untrusted; /* open the backing file alone (--untrusted) */
     /* Values as the user spelled them, echoed in the summary as qemu-img
      * does (NULL: not given). */
     const char *compat_str, *prealloc_str, *extl2_str, *lazy_str;
@@ -198,12 +199,16 @@ static int backing_size(struct blk_node *file, struct create_opts *c)
     if (!path) {
         return err_set(ENOMEM, "qcow2: backing path");
     }
-    /* Only its size is read: share it with every user, as qemu-img does. */
+    /* Only its size is read: share it with every user, as qemu-img does.
+     * With --untrusted nothing below it is opened and its format must be
+     * unambiguous. */
     struct blk_open_opts o = {.filename = path,
                               .read_only = true,
                               .depth = 1,
                               .perms = {BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL, BLK_PERM_ALL},
-                              .force_share = true};
+                              .force_share = true,
+                              .no_backing = c->untrusted,
+                              .untrusted = c->untrusted};
     r = blk_open_stack(&b, &o, "file", c->backing_format);
     if (r < 0) {
         err_prefix("could not open backing file '%s'", c->backing_file);
@@ -401,6 +406,7 @@ static int parse_create_opts(const struct blk_create_opts *o, struct create_opts
         .refcount_bits = 16,
         .backing_file = o->backing_file,
         .backing_format = o->backing_format,
+        .untrusted = o->untrusted,
     };
     return o->options ? kv_foreach(o->options, create_opt, c) : 0;
 }

@@ -13,6 +13,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "qcow2.h"
@@ -521,10 +522,11 @@ static int backing_path(struct qcow2_state *s, char **out)
     const char *slash = strchr(name, '/');
 
     if (colon && (!slash || colon < slash)) {
+        CLEANUP_FREE char *esc = str_escape(name);
         return err_setx(ENOTSUP,
                         "qcow2: backing file '%s' names a protocol, which is not "
                         "opened from an image header",
-                        name);
+                        esc ? esc : "?");
     }
     if (name[0] == '/' || !strchr(s->node->filename, '/')) {
         /* absolute, or relative to an overlay in the current directory */
@@ -580,12 +582,25 @@ static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
     r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
     if (r < 0) {
         if (!chain_error_below(r, opts)) {
-            err_prefix("qcow2: %s: backing file", s->node->filename);
+            CLEANUP_FREE char *esc = str_escape(s->node->filename);
+            err_prefix("qcow2: %s: backing file", esc ? esc : "?");
         }
         return r;
     }
     s->node->backing = s->backing;
     return 0;
+}
+
+/* --untrusted: the image is opened alone, and a command that would read
+ * through to the backing file says which file it refused to open. */
+static int refuse_backing(struct qcow2_state *s)
+{
+    CLEANUP_FREE char *esc = str_escape(s->hdr.backing_file);
+
+    return err_setx(EPERM,
+                    "qcow2: refusing to open backing file '%s' (--untrusted opens the image "
+                    "alone)",
+                    esc ? esc : "?");
 }
 
 static int open_read_write(struct qcow2_state *s, bool for_check)
@@ -721,7 +736,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = qcow2_load_snapshot_l1(s, opts->snapshot);
     }
     if (r == 0 && s->hdr.backing_file && !opts->no_backing) {
-        r = open_backing(s, opts);
+        r = opts->untrusted ? refuse_backing(s) : open_backing(s, opts);
     }
     if (r == 0 && !opts->read_only) {
         r = open_read_write(s, opts->for_check);
@@ -735,9 +750,10 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     n->zero_alignment = s->extended_l2 ? 1u << s->subcluster_bits : (uint32_t)s->cluster_size;
     return 0;
 
-fail:
-    if (!strstr(err_msg(), n->filename) && !chain_error_below(r, opts)) {
-        err_prefix("%s", n->filename);
+fail:;
+    CLEANUP_FREE char *esc = str_escape(n->filename); /* a backing file's name is the image's */
+    if (esc && !strstr(err_msg(), esc) && !chain_error_below(r, opts)) {
+        err_prefix("%s", esc);
     }
     qcow2_free_state(s);
     return r;
