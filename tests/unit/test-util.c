@@ -299,6 +299,22 @@ static void test_error_chain(void)
     CHECK(err_msg()[0] == '\0');
 }
 
+/* An error message stays one line with no control character, even when
+ * a caller quoted an unescaped string into it. */
+static void test_error_one_line(void)
+{
+    CHECK_EQ(err_setx(EINVAL, "a\nb\033[2Jc\x7f"), -EINVAL);
+    CHECK(strcmp(err_msg(), "a?b?[2Jc?") == 0);
+    err_prefix("x\ty");
+    CHECK(strcmp(err_msg(), "x?y: a?b?[2Jc?") == 0);
+    err_set(ENOENT, "name\r");
+    CHECK(strncmp(err_msg(), "name?: ", 7) == 0);
+    /* Escaped text passes as it is. */
+    err_setx(EINVAL, "%s", "ba\\x1b[31m\xc3\xa9");
+    CHECK(strcmp(err_msg(), "ba\\x1b[31m\xc3\xa9") == 0);
+    err_clear();
+}
+
 int main(void)
 {
     RUN(test_parse_size);
@@ -311,5 +327,6 @@ int main(void)
     RUN(test_bufpool);
     RUN(test_escape);
     RUN(test_error_chain);
+    RUN(test_error_one_line);
     return check_exit();
 }
