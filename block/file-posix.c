@@ -96,10 +96,11 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
 }
 
 /* Open an image file, which must be a regular file or a block device.
- * Names can come from an image (a backing file), so the open itself must
- * not block: O_NONBLOCK keeps a FIFO's open from waiting for a writer, the
- * type is checked on the descriptor before any read, and only then is
- * O_NONBLOCK cleared. */
+ * Names can come from an image (a backing file), so anything else is
+ * refused before it is opened, and the open itself must not block if the
+ * file is swapped in between: O_NONBLOCK keeps a FIFO's open from waiting
+ * for a writer, the type is checked again on the descriptor before any
+ * read, and only then is O_NONBLOCK cleared. */
 static int file_open_checked(const char *path, int flags, int *fd, struct stat *st)
 {
     /* The path may come from an image: quoted escaped. */
@@ -107,11 +108,12 @@ static int file_open_checked(const char *path, int flags, int *fd, struct stat *
     const char *name = esc ? esc : "?";
     struct stat pre;
 
+    /* Opening a device can act on it (a tape rewinds): refuse before. */
+    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISBLK(pre.st_mode)) {
+        return err_setx(EINVAL, "%s is not a regular file or a block device", name);
+    }
     *fd = open(path, flags | O_NONBLOCK | O_NOCTTY);
     if (*fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
-        if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISBLK(pre.st_mode)) {
-            return err_setx(EINVAL, "%s is not a regular file or a block device", name);
-        }
         return err_setx(EINVAL,
                         "%s: the file system does not support O_DIRECT "
                         "(needed by cache=none and cache=directsync)",

@@ -198,7 +198,6 @@ static int serve_open_exports(struct serve_opts *o, struct nbd_server *srv)
         struct blk_bitmap *bms[NBD_MAX_BITMAPS] = {NULL};
         int r = blk_image_open(&e->opened, &e->img);
         if (r == 0) {
-            serve_warn_probed_raw(e);
             r = serve_load_bitmaps(e, bms);
         }
         if (r == 0) {
@@ -287,6 +286,10 @@ static int serve_run(int argc, char **argv)
     }
     if (r < 0) {
         goto out;
+    }
+    /* Only once the server is up: one that fails to start says only why. */
+    for (unsigned i = 0; i < o.n_exports; i++) {
+        serve_warn_probed_raw(&o.exports[i]);
     }
     serve_install_signals(srv);
     if (ready_fd >= 0) {

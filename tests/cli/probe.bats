@@ -63,7 +63,7 @@ make_foreign() {
 
 @test "serve refuses them at start-up" {
     local fmt
-    for fmt in vmdk vhdx qcow; do
+    for fmt in "${FOREIGN[@]}"; do
         make_foreign "$fmt"
         run timeout 20 "$DISKIMG" serve -k "$SOCK" "$TEST_DIR/x.$fmt"
         assert_failure 1
