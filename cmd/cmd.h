@@ -82,7 +82,7 @@ enum { CMD_OPT_UNTRUSTED = 0x4100 };
         "untrusted", no_argument, NULL, CMD_OPT_UNTRUSTED                                          \
     }
 #define CMD_UNTRUSTED_HELP                                                                         \
-    "      --untrusted        open the image alone: refuse its backing file and\n"                 \
+    "      --untrusted        open the image alone, never its backing file or\n"                   \
     "                         anything else it names (for downloaded images)\n"
 struct blk_image_opts;
 /* Applies a TLS option or --untrusted to o; returns true if c was one. */
