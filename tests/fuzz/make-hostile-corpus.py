@@ -965,6 +965,17 @@ def chain_variants(c):
             "nothing allocated above it", b"/etc/passwd", b"raw", base="v3-2m")
     overlay("chain-host-device", "backing file is /dev/zero (format raw)", b"/dev/zero", b"raw")
     overlay("chain-backing-directory", "backing file is a directory (aux)", b"aux", b"raw")
+    # Opening a FIFO to read waits for a writer: these must be refused
+    # without opening them, or every command that follows the chain hangs.
+    fifo = os.path.join(aux, "fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    link = os.path.join(aux, "link-to-fifo")
+    if not os.path.lexists(link):
+        os.symlink("fifo", link)
+    overlay("chain-backing-fifo", "backing file is a FIFO (aux/fifo)", b"aux/fifo", b"raw")
+    overlay("chain-backing-symlink-fifo", "backing file is a symlink to a FIFO",
+            b"aux/link-to-fifo", b"raw")
     overlay("chain-backing-format-raw-for-qcow2", "backing format says raw, the file is qcow2",
             b"aux/backing-base.qcow2", b"raw")
     overlay("chain-backing-format-qcow2-for-raw", "backing format says qcow2, the file is raw",

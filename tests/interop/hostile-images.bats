@@ -151,7 +151,8 @@ report_failures() {
                   refcount-table-entry-reserved snapshot-count snapshot-id-len snapshot-name-len \
                   snapshot-extra-huge snapshot-l1-size-huge snapshot-l1-offset-unaligned \
                   chain-self-loop chain-cycle-a chain-depth-40 chain-missing-file \
-                  chain-json-protocol chain-nbd-protocol; do
+                  chain-json-protocol chain-nbd-protocol chain-backing-fifo \
+                  chain-backing-symlink-fifo; do
         compgen -G "$CORPUS/$prefix*.qcow2" >/dev/null || { echo "no $prefix* image"; false; }
         grep -q "^$prefix" "$CORPUS/MANIFEST" || { echo "$prefix* is not in MANIFEST"; false; }
     done
