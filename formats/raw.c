@@ -103,7 +103,7 @@ static void raw_close(struct blk_node *n)
 }
 
 /* Does a request at guest offset off reach the probe window of a probed
- * image?  (Then it must go through raw_guard_lock/raw_guard_check.) */
+ * image?  (Then it runs under guard_lock, after raw_guard_check_locked.) */
 static bool raw_guarded(const struct raw_state *s, uint64_t off, uint64_t len)
 {
     return s->probed && len && s->offset + off < BLK_PROBE_BYTES;
