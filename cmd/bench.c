@@ -209,7 +209,7 @@ static int bench_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(c, optarg, &o)) {
+            if (cmd_image_option(c, optarg, &o)) {
                 break;
             }
             return cmd_usage_error("bench", "unknown option '%s'", argv[optind - 1]);

@@ -191,7 +191,7 @@ static int check_run(int argc, char **argv)
             cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
             return check_usage_error();
         default:
-            if (cmd_tls_option(c, optarg, &o)) {
+            if (cmd_image_option(c, optarg, &o)) {
                 break;
             }
             cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);

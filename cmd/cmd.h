@@ -85,8 +85,9 @@ enum { CMD_OPT_UNTRUSTED = 0x4100 };
     "      --untrusted        open the image alone, never its backing file or\n"                   \
     "                         anything else it names (for downloaded images)\n"
 struct blk_image_opts;
-/* Applies a TLS option or --untrusted to o; returns true if c was one. */
-bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o);
+/* Applies an option every image-opening subcommand shares (TLS,
+ * --untrusted) to o; returns true if c was one. */
+bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 #define CMD_TLS_HELP                                                                               \
     "      --tls-creds=DIR    nbds:// X.509: DIR/ca-cert.pem, client-cert.pem and\n"               \
     "                         client-key.pem (a server may require them), ca-crl.pem\n"            \

@@ -194,8 +194,8 @@ static int compare_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(ch, optarg, &oa)) {
-                cmd_tls_option(ch, optarg, &ob); /* either image may be nbds:// */
+            if (cmd_image_option(ch, optarg, &oa)) {
+                cmd_image_option(ch, optarg, &ob); /* either image may be nbds:// */
                 break;
             }
             return cmd_usage_error("compare", "unknown option '%s'", argv[optind - 1]);

@@ -204,8 +204,8 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case ':':
             return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(c, optarg, &o->src)) {
-                cmd_tls_option(c, optarg, &o->dst); /* both ends may be nbds:// */
+            if (cmd_image_option(c, optarg, &o->src)) {
+                cmd_image_option(c, optarg, &o->dst); /* both ends may be nbds:// */
                 break;
             }
             return cmd_usage_error("convert", "unknown option '%s'", argv[optind - 1]);

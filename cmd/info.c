@@ -315,7 +315,7 @@ static int info_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(c, optarg, &tls)) {
+            if (cmd_image_option(c, optarg, &tls)) {
                 break;
             }
             return cmd_usage_error("info", "unknown option '%s'", argv[optind - 1]);

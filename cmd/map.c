@@ -25,8 +25,8 @@ static void map_usage(FILE *f)
                "                       json: every range with start, length, depth, present,\n"
                "                       zero, data and offset, as qemu-img map\n"
                "  -s, --start-offset=OFF   start there (default 0)\n"
-               "  -l, --max-length=LEN     stop after LEN bytes\n"
-               "" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
+               "  -l, --max-length=LEN     stop after LEN bytes\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
+               "  -h, --help           this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-map(1).\n");
@@ -127,7 +127,7 @@ static int map_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(c, optarg, &o)) {
+            if (cmd_image_option(c, optarg, &o)) {
                 break;
             }
             return cmd_usage_error("map", "unknown option '%s'", argv[optind - 1]);

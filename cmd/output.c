@@ -58,7 +58,7 @@ bool cmd_append_options(char **list, const char *more)
     return true;
 }
 
-bool cmd_tls_option(int c, const char *arg, struct blk_image_opts *o)
+bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o)
 {
     switch (c) {
     case CMD_OPT_TLS_CREDS:

@@ -70,7 +70,7 @@ static int resize_run(int argc, char **argv)
         case ':':
             return cmd_usage_error("resize", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_tls_option(c, optarg, &o)) {
+            if (cmd_image_option(c, optarg, &o)) {
                 break;
             }
             return cmd_usage_error("resize", "unknown option '%s'", argv[optind - 1]);
