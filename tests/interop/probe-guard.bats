@@ -16,12 +16,13 @@ setup() {
 
 teardown() { cleanup_test; }
 
-# The file must still probe as raw, for qemu-img and for us.
+# The file must still probe as raw, for qemu-img and for us (-U: the
+# server may still hold it).
 assert_still_raw() {
-    run qemu-img info --output=json "$TEST_DIR/disk.img"
+    run qemu-img info -U --output=json "$TEST_DIR/disk.img"
     assert_success
     assert_output --partial '"format": "raw"'
-    run "$DISKIMG" info "$TEST_DIR/disk.img"
+    run "$DISKIMG" info -U "$TEST_DIR/disk.img"
     assert_success
     assert_line "file format: raw"
 }
@@ -169,7 +170,7 @@ c.disconnect()
 c.close()
 EOF
     assert_success
-    run qemu-img info --output=json "$TEST_DIR/disk.img"
+    run qemu-img info -U --output=json "$TEST_DIR/disk.img"
     assert_output --partial '"format": "qcow2"'
 }
 
