@@ -2,7 +2,8 @@
  * NBD_OPT_SET_META_CONTEXT.  We offer "base:allocation" and, as qemu-nbd
  * does, "qemu:allocation-depth" and "qemu:dirty-bitmap:NAME" for each
  * bitmap the export was given; queries for namespaces or names we do not
- * know are ignored, as the spec requires. */
+ * know are ignored, as the spec requires.  The option was parsed and
+ * checked by option.c. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -11,9 +12,9 @@
 #include <string.h>
 
 #include "block/bitmap.h"
-#include "common/cleanup.h"
 #include "handshake.h"
 #include "names.h"
+#include "option.h"
 
 unsigned nbd_meta_count(const struct nbd_export *e)
 {
@@ -34,101 +35,28 @@ const char *nbd_meta_name(const struct nbd_export *e, unsigned i, char *buf, siz
     }
 }
 
-/* A cursor over option data that never reads past the end. */
-struct opt_cursor {
-    const char *p;
-    uint32_t left;
-};
-
-static bool cursor_u32(struct opt_cursor *cur, uint32_t *v)
-{
-    if (cur->left < 4) {
-        return false;
-    }
-    memcpy(v, cur->p, 4);
-    *v = be32toh(*v);
-    cur->p += 4;
-    cur->left -= 4;
-    return true;
-}
-
-static bool cursor_string(struct opt_cursor *cur, uint32_t len, const char **s)
-{
-    if (len > cur->left || !nbd_valid_name(cur->p, len)) {
-        return false;
-    }
-    *s = cur->p;
-    cur->p += len;
-    cur->left -= len;
-    return true;
-}
-
-/* Which contexts of export e does one query select?  A full name selects
- * that context; in LIST only, "ns:" selects a namespace and
- * "qemu:dirty-bitmap:" every bitmap, as qemu-nbd answers. */
-static void meta_match(const struct nbd_export *e, const char *q, uint32_t qlen, bool list,
-                       bool sel[NBD_META_MAX])
-{
-    for (unsigned i = 0; i < nbd_meta_count(e); i++) {
-        char buf[NBD_META_NAME_MAX];
-        const char *name = nbd_meta_name(e, i, buf, sizeof buf);
-        size_t nslen = (size_t)(strchr(name, ':') - name) + 1;
-        size_t plen = strlen(NBD_DIRTY_BITMAP_PREFIX);
-
-        if (qlen == strlen(name) && memcmp(q, name, qlen) == 0) {
-            sel[i] = true;
-        } else if (list && qlen == nslen && memcmp(q, name, nslen) == 0) {
-            sel[i] = true;
-        } else if (list && i >= NBD_META_DIRTY_BITMAP && qlen == plen &&
-                   memcmp(q, NBD_DIRTY_BITMAP_PREFIX, plen) == 0) {
-            sel[i] = true;
-        }
-    }
-}
-
-int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len)
+int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const struct nbd_opt_meta *req)
 {
     bool list = opt == NBD_OPT_LIST_META_CONTEXT;
-    struct opt_cursor cur = {data, len};
     bool sel[NBD_META_MAX] = {false};
-    const struct nbd_export *e;
-    uint32_t namelen, nq;
-    const char *name;
-    char export_name[NBD_MAX_STRING + 1];
+    const struct nbd_export *e = nbd_find_export(c->srv, req->export_name);
+    char bufs[NBD_META_MAX][NBD_META_NAME_MAX];
+    const char *names[NBD_META_MAX];
+    uint32_t cursor = 0, qlen;
+    const char *q;
     int r;
 
-    if (!list && !c->structured) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
-                                 "NBD_OPT_SET_META_CONTEXT needs structured replies first");
-    }
-    if (!cursor_u32(&cur, &namelen) || !cursor_string(&cur, namelen, &name) ||
-        !cursor_u32(&cur, &nq)) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID, "%s: malformed request",
-                                 nbd_opt_name(opt));
-    }
-    memcpy(export_name, name, namelen);
-    export_name[namelen] = '\0';
-    e = nbd_find_export(c->srv, export_name);
-    for (uint32_t i = 0; i < nq; i++) {
-        uint32_t qlen;
-        const char *q;
-
-        if (!cursor_u32(&cur, &qlen) || !cursor_string(&cur, qlen, &q)) {
-            return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
-                                     "%s: query %" PRIu32 " is malformed", nbd_opt_name(opt), i);
-        }
-        if (e) {
-            meta_match(e, q, qlen, list, sel);
-        }
-    }
-    if (cur.left != 0) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID, "%s: trailing data",
-                                 nbd_opt_name(opt));
-    }
     if (!e) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNKNOWN, "export '%s' not found", export_name);
+        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNKNOWN, "export '%s' not found",
+                                 req->export_name);
     }
-    if (list && nq == 0) {
+    for (unsigned i = 0; i < nbd_meta_count(e); i++) {
+        names[i] = nbd_meta_name(e, i, bufs[i], sizeof bufs[i]);
+    }
+    while (nbd_opt_meta_next(req, &cursor, &q, &qlen)) {
+        nbd_opt_meta_match(names, nbd_meta_count(e), q, qlen, list, sel);
+    }
+    if (list && req->n_queries == 0) {
         for (unsigned m = 0; m < nbd_meta_count(e); m++) {
             sel[m] = true;
         }
@@ -137,8 +65,7 @@ int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uin
         if (!sel[m]) {
             continue;
         }
-        char nbuf[NBD_META_NAME_MAX];
-        const char *mname = nbd_meta_name(e, m, nbuf, sizeof nbuf);
+        const char *mname = names[m];
         size_t ml = strlen(mname);
         uint8_t buf[4 + NBD_META_NAME_MAX];
         /* LIST replies carry id 0, as the spec recommends. */
@@ -154,7 +81,7 @@ int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uin
     if (!list) {
         memcpy(c->meta_selected, sel, sizeof sel);
         free(c->meta_export);
-        c->meta_export = strdup(export_name);
+        c->meta_export = strdup(req->export_name);
         if (!c->meta_export) {
             return -ENOMEM;
         }

@@ -6,7 +6,8 @@
  * get ERR_UNSUP and haggling goes on.  The connection is dropped only
  * where the spec allows: a bad magic, unknown client flags, EXPORT_NAME
  * for an unknown export, ABORT, an absurd option length, or the deadline.
- * Metadata context options live in handshake-meta.c. */
+ * Option payloads are parsed and checked by option.c; metadata context
+ * options are answered in handshake-meta.c. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +22,7 @@
 #include "common/log.h"
 #include "handshake.h"
 #include "names.h"
+#include "option.h"
 #include "tls.h"
 
 struct nbd_export *nbd_find_export(struct nbd_server *srv, const char *name)
@@ -88,12 +90,6 @@ int nbd_opt_reply_err(struct nbd_conn *c, uint32_t opt, uint32_t type, const cha
     return nbd_opt_reply(c, opt, type, msg, (uint32_t)MIN((size_t)n, sizeof msg - 1));
 }
 
-/* A name from the wire: no NUL inside, at most NBD_MAX_STRING bytes. */
-bool nbd_valid_name(const char *s, uint32_t len)
-{
-    return len <= NBD_MAX_STRING && memchr(s, '\0', len) == NULL;
-}
-
 static int nbd_send_info(struct nbd_conn *c, uint32_t opt, uint16_t type, const void *payload,
                          uint32_t len)
 {
@@ -106,56 +102,14 @@ static int nbd_send_info(struct nbd_conn *c, uint32_t opt, uint16_t type, const 
 }
 
 /* NBD_OPT_INFO and NBD_OPT_GO.  Returns 1 when GO succeeded. */
-static int nbd_opt_info_go(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len)
+static int nbd_opt_info_go(struct nbd_conn *c, uint32_t opt, const struct nbd_opt_go *go)
 {
-    uint32_t namelen;
-    uint16_t nreq;
-    bool want_name = false, want_desc = false;
-    char name[NBD_MAX_STRING + 1];
     struct nbd_export *exp;
     int r;
 
-    if (len < 6) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID, "%s: payload too short",
-                                 nbd_opt_name(opt));
-    }
-    memcpy(&namelen, data, 4);
-    namelen = be32toh(namelen);
-    if (namelen > len - 6) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
-                                 "%s: name length %" PRIu32 " overruns the option",
-                                 nbd_opt_name(opt), namelen);
-    }
-    memcpy(&nreq, data + 4 + namelen, 2);
-    nreq = be16toh(nreq);
-    if (len != 4 + namelen + 2 + 2u * nreq) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
-                                 "%s: %u information requests do not match the option length",
-                                 nbd_opt_name(opt), nreq);
-    }
-    if (!nbd_valid_name(data + 4, namelen)) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID, "%s: invalid export name",
-                                 nbd_opt_name(opt));
-    }
-    memcpy(name, data + 4, namelen);
-    name[namelen] = '\0';
-    for (uint16_t i = 0; i < nreq; i++) {
-        uint16_t info;
-        memcpy(&info, data + 4 + namelen + 2 + 2 * i, 2);
-        switch (be16toh(info)) {
-        case NBD_INFO_NAME:
-            want_name = true;
-            break;
-        case NBD_INFO_DESCRIPTION:
-            want_desc = true;
-            break;
-        default:
-            break; /* BLOCK_SIZE is always sent; unknown requests are ignored */
-        }
-    }
-    exp = nbd_find_export(c->srv, name);
+    exp = nbd_find_export(c->srv, go->name);
     if (!exp) {
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNKNOWN, "export '%s' not found", name);
+        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNKNOWN, "export '%s' not found", go->name);
     }
 
     struct __attribute__((packed)) {
@@ -163,10 +117,10 @@ static int nbd_opt_info_go(struct nbd_conn *c, uint32_t opt, const char *data, u
         uint16_t flags;
     } export_info = {htobe64(blk_image_size(exp->img)), htobe16(nbd_export_flags(c, exp))};
     r = nbd_send_info(c, opt, NBD_INFO_EXPORT, &export_info, sizeof export_info);
-    if (r == 0 && want_name) {
+    if (r == 0 && go->want_name) {
         r = nbd_send_info(c, opt, NBD_INFO_NAME, exp->name, (uint32_t)strlen(exp->name));
     }
-    if (r == 0 && want_desc && exp->description) {
+    if (r == 0 && go->want_desc && exp->description) {
         r = nbd_send_info(c, opt, NBD_INFO_DESCRIPTION, exp->description,
                           (uint32_t)strlen(exp->description));
     }
@@ -187,19 +141,12 @@ static int nbd_opt_info_go(struct nbd_conn *c, uint32_t opt, const char *data, u
 }
 
 /* NBD_OPT_EXPORT_NAME: no error path in the protocol, so failure drops. */
-static int nbd_opt_export_name(struct nbd_conn *c, const char *data, uint32_t len)
+static int nbd_opt_export_name(struct nbd_conn *c, const char *name)
 {
     struct nbd_export_name_reply reply = {0};
-    struct nbd_export *exp;
-    char name[NBD_MAX_STRING + 1];
+    struct nbd_export *exp = nbd_find_export(c->srv, name);
     int r;
 
-    if (!nbd_valid_name(data, len)) {
-        return err_setx(EINVAL, "NBD_OPT_EXPORT_NAME: invalid export name");
-    }
-    memcpy(name, data, len);
-    name[len] = '\0';
-    exp = nbd_find_export(c->srv, name);
     if (!exp) {
         return err_setx(ENOENT, "NBD_OPT_EXPORT_NAME: export '%s' not found", name);
     }
@@ -213,12 +160,8 @@ static int nbd_opt_export_name(struct nbd_conn *c, const char *data, uint32_t le
     return 1;
 }
 
-static int nbd_opt_list(struct nbd_conn *c, uint32_t len)
+static int nbd_opt_list(struct nbd_conn *c)
 {
-    if (len != 0) {
-        return nbd_opt_reply_err(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID,
-                                 "NBD_OPT_LIST takes no data");
-    }
     for (struct nbd_export *e = c->srv->exports; e; e = e->next) {
         size_t nl = strlen(e->name), dl = e->description ? strlen(e->description) : 0;
         CLEANUP_FREE uint8_t *buf = malloc(4 + nl + dl);
@@ -243,22 +186,11 @@ static int nbd_opt_list(struct nbd_conn *c, uint32_t len)
 
 /* NBD_OPT_STARTTLS: upgrade, then forget everything negotiated in the
  * clear (structured replies, metadata contexts), as the spec requires. */
-static int nbd_opt_starttls(struct nbd_conn *c, uint32_t len)
+static int nbd_opt_starttls(struct nbd_conn *c)
 {
     struct nbd_server *srv = c->srv;
     int r;
 
-    if (!srv->cfg.tls || srv->cfg.tls_mode == NBD_TLS_OFF) {
-        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY,
-                                 "TLS is not enabled on this server");
-    }
-    if (c->tls) {
-        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS is already active");
-    }
-    if (len != 0) {
-        return nbd_opt_reply_err(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
-                                 "NBD_OPT_STARTTLS takes no data");
-    }
     if (c->rpos < c->rlen) {
         /* Bytes sent after STARTTLS before our answer: not a TLS client. */
         return err_setx(EPROTO, "data after NBD_OPT_STARTTLS before the reply");
@@ -284,41 +216,44 @@ static int nbd_opt_starttls(struct nbd_conn *c, uint32_t len)
  * haggling, <0 to drop the connection. */
 static int nbd_handle_option(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len)
 {
-    if (c->srv->cfg.tls_mode == NBD_TLS_REQUIRE && !c->tls && opt != NBD_OPT_STARTTLS &&
-        opt != NBD_OPT_ABORT) {
-        /* Nothing about the exports leaks before TLS; EXPORT_NAME has no
-         * error reply, so it ends the connection. */
-        if (opt == NBD_OPT_EXPORT_NAME) {
-            return err_setx(EACCES, "NBD_OPT_EXPORT_NAME before TLS");
-        }
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required (STARTTLS)");
+    const struct nbd_server_config *cfg = &c->srv->cfg;
+    struct nbd_opt_state st = {
+        .tls_required = cfg->tls_mode == NBD_TLS_REQUIRE,
+        .tls_offered = cfg->tls && cfg->tls_mode != NBD_TLS_OFF,
+        .tls_active = c->tls != NULL,
+        .structured = c->structured,
+    };
+    struct nbd_opt_parsed p;
+
+    switch (nbd_opt_parse(&st, opt, data, len, &p)) {
+    case NBD_OPT_PARSE_DROP:
+        return err_setx(p.drop_err, "%s", p.msg);
+    case NBD_OPT_PARSE_REFUSE:
+        return nbd_opt_reply_err(c, opt, p.rep_err, "%s", p.msg);
+    case NBD_OPT_PARSE_OK:
+        break;
     }
     switch (opt) {
     case NBD_OPT_EXPORT_NAME:
-        return nbd_opt_export_name(c, data, len);
+        return nbd_opt_export_name(c, p.u.export_name);
     case NBD_OPT_INFO:
     case NBD_OPT_GO:
-        return nbd_opt_info_go(c, opt, data, len);
+        return nbd_opt_info_go(c, opt, &p.u.go);
     case NBD_OPT_LIST:
-        return nbd_opt_list(c, len);
+        return nbd_opt_list(c);
     case NBD_OPT_ABORT:
         (void)nbd_opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
         return -ECONNABORTED;
     case NBD_OPT_STRUCTURED_REPLY:
-        if (len != 0) {
-            return nbd_opt_reply_err(c, opt, NBD_REP_ERR_INVALID,
-                                     "NBD_OPT_STRUCTURED_REPLY takes no data");
-        }
         c->structured = true;
         return nbd_opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
     case NBD_OPT_LIST_META_CONTEXT:
     case NBD_OPT_SET_META_CONTEXT:
-        return nbd_opt_meta_context(c, opt, data, len);
+        return nbd_opt_meta_context(c, opt, &p.u.meta);
     case NBD_OPT_STARTTLS:
-        return nbd_opt_starttls(c, len);
-    default:
-        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNSUP,
-                                 "option %" PRIu32 " (%s) is not supported", opt,
+        return nbd_opt_starttls(c);
+    default: /* the parser refuses every other option */
+        return nbd_opt_reply_err(c, opt, NBD_REP_ERR_UNSUP, "%s is not supported",
                                  nbd_opt_name(opt));
     }
 }
@@ -330,21 +265,47 @@ static int nbd_greet(struct nbd_conn *c)
         .version = htobe64(NBD_IHAVEOPT),
         .gflags = htobe16(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES),
     };
-    uint32_t cflags;
+    uint8_t cflags[4];
     int r = nbd_conn_send_buf(c, &hs, sizeof hs);
 
     if (r == 0) {
-        r = nbd_conn_recv(c, &cflags, sizeof cflags);
+        r = nbd_conn_recv(c, cflags, sizeof cflags);
     }
     if (r < 0) {
         return r;
     }
-    cflags = be32toh(cflags);
-    if (cflags & ~(uint32_t)(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)) {
-        return err_setx(EINVAL, "unknown client flags 0x%" PRIx32, cflags);
+    if (nbd_opt_client_flags(cflags, &c->no_zeroes) < 0) {
+        uint32_t f;
+        memcpy(&f, cflags, 4);
+        return err_setx(EINVAL, "unknown client flags 0x%" PRIx32, be32toh(f));
     }
-    c->no_zeroes = cflags & NBD_FLAG_C_NO_ZEROES;
     return 0;
+}
+
+/* One option header and its payload (malloc'd into *data). */
+static int nbd_recv_option(struct nbd_conn *c, uint32_t *opt, char **data, uint32_t *len)
+{
+    uint8_t h[NBD_OPTION_HEADER_SIZE];
+    int r = nbd_conn_recv(c, h, sizeof h);
+
+    *data = NULL;
+    if (r < 0) {
+        return r;
+    }
+    r = nbd_opt_header(h, opt, len);
+    if (r == -EPROTO) {
+        return err_setx(EPROTO, "bad option magic");
+    }
+    if (r == -E2BIG) {
+        return err_setx(E2BIG, "%s with %" PRIu32 " bytes of data", nbd_opt_name(*opt), *len);
+    }
+    *data = malloc((size_t)*len + 1);
+    if (!*data) {
+        return -ENOMEM;
+    }
+    r = nbd_conn_recv(c, *data, *len);
+    (*data)[*len] = '\0';
+    return r;
 }
 
 int nbd_handshake(struct nbd_conn *c)
@@ -352,28 +313,13 @@ int nbd_handshake(struct nbd_conn *c)
     int r = nbd_greet(c);
 
     while (r == 0) {
-        struct nbd_option_header h;
+        CLEANUP_FREE char *data = NULL;
+        uint32_t opt, len;
 
-        r = nbd_conn_recv(c, &h, sizeof h);
+        r = nbd_recv_option(c, &opt, &data, &len);
         if (r < 0) {
             break;
         }
-        uint32_t opt = be32toh(h.option), len = be32toh(h.optlen);
-        if (be64toh(h.version) != NBD_IHAVEOPT) {
-            return err_setx(EPROTO, "bad option magic");
-        }
-        if (len > NBD_MAX_OPTION_LEN) {
-            return err_setx(E2BIG, "%s with %" PRIu32 " bytes of data", nbd_opt_name(opt), len);
-        }
-        CLEANUP_FREE char *data = malloc((size_t)len + 1);
-        if (!data) {
-            return -ENOMEM;
-        }
-        r = nbd_conn_recv(c, data, len);
-        if (r < 0) {
-            break;
-        }
-        data[len] = '\0';
         if (debug_nbd_requests) {
             log_debug("option %s, %" PRIu32 " bytes", nbd_opt_name(opt), len);
         }

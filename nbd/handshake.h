@@ -6,16 +6,16 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "option.h"
 
 int nbd_opt_reply(struct nbd_conn *c, uint32_t opt, uint32_t type, const void *data, uint32_t len);
 int nbd_opt_reply_err(struct nbd_conn *c, uint32_t opt, uint32_t type, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-bool nbd_valid_name(const char *s, uint32_t len);
-/* NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT. */
-int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const char *data, uint32_t len);
+struct nbd_opt_meta;
+/* NBD_OPT_LIST_META_CONTEXT and NBD_OPT_SET_META_CONTEXT, parsed. */
+int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const struct nbd_opt_meta *m);
 /* Contexts export e offers; the name of context i (buf holds it when it
  * is not a constant); its id on the wire. */
-#define NBD_DIRTY_BITMAP_PREFIX "qemu:dirty-bitmap:"
 #define NBD_META_NAME_MAX 1100 /* prefix + a qcow2 bitmap name (at most 1023) */
 unsigned nbd_meta_count(const struct nbd_export *e);
 const char *nbd_meta_name(const struct nbd_export *e, unsigned i, char *buf, size_t size);

@@ -18,8 +18,7 @@ struct blk_image;
 struct nbd_tls_session;
 
 #define NBD_MAX_LISTENERS 16
-#define NBD_MAX_OPTION_LEN (64u << 10) /* larger option payloads end the connection */
-#define NBD_RBUF_SIZE (64u << 10)      /* receive buffer per connection */
+#define NBD_RBUF_SIZE (64u << 10) /* receive buffer per connection */
 
 /* Metadata contexts an export offers, by index (ids on the wire are
  * index + 1): the two every export has, then one per exported bitmap. */

@@ -19,13 +19,12 @@
  * pipelines writes may read replies only after it has sent them all.  TLS
  * connections always hand over: their sends cannot be tried without blocking.
  *
- * Every field is validated before the block layer is touched; an invalid
- * write's payload is read and dropped so the stream stays in sync.  Only a
- * bad magic or a broken stream ends the connection. */
+ * Every field is validated (request.c) before the block layer is touched;
+ * an invalid write's payload is read and dropped so the stream stays in
+ * sync.  Only a bad magic or a broken stream ends the connection. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +39,7 @@
 #include "handshake.h"
 #include "internal.h"
 #include "names.h"
+#include "request.h"
 
 /* Worker buffers up to this size stay with the worker; larger ones come
  * from the shared stash (common/bufpool.h) and go back after the request,
@@ -52,17 +52,6 @@ struct nbd_worker {
     struct nbd_conn *c;
     void *buf;
     size_t cap;
-};
-
-struct nbd_req {
-    uint16_t flags, type;
-    uint64_t cookie; /* opaque, kept in wire order */
-    uint64_t offset;
-    uint32_t count;
-    uint64_t start_ns;
-    /* Set by validation: the reply is this error, the request is not run. */
-    int err;
-    char msg[160];
 };
 
 static void worker_buf_release(struct nbd_worker *w)
@@ -106,39 +95,6 @@ static void worker_buf_trim(struct nbd_worker *w)
     }
 }
 
-static int req_fail(struct nbd_req *req, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int req_fail(struct nbd_req *req, int err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(req->msg, sizeof req->msg, fmt, ap);
-    va_end(ap);
-    req->err = err;
-    return err;
-}
-
-/* Flags each command accepts (FUA is accepted on any command when
- * advertised, as the spec asks). */
-static uint16_t nbd_allowed_flags(const struct nbd_conn *c, uint16_t type)
-{
-    uint16_t f = NBD_CMD_FLAG_FUA;
-
-    switch (type) {
-    case NBD_CMD_READ:
-        return f | (c->structured ? NBD_CMD_FLAG_DF : 0);
-    case NBD_CMD_WRITE_ZEROES:
-        return f | NBD_CMD_FLAG_NO_HOLE |
-               ((c->eflags & NBD_FLAG_SEND_FAST_ZERO) ? NBD_CMD_FLAG_FAST_ZERO : 0);
-    case NBD_CMD_BLOCK_STATUS:
-        return f | NBD_CMD_FLAG_REQ_ONE;
-    default:
-        return f;
-    }
-}
-
 static bool nbd_any_meta(const struct nbd_conn *c)
 {
     for (unsigned m = 0; m < NBD_META_MAX; m++) {
@@ -149,104 +105,47 @@ static bool nbd_any_meta(const struct nbd_conn *c)
     return false;
 }
 
-/* Check a request against the spec and the export; on failure sets
- * req->err (an errno) and req->msg. */
-static void nbd_validate(const struct nbd_conn *c, struct nbd_req *req)
-{
-    uint64_t size = blk_image_size(c->exp->img);
-    bool ro = c->eflags & NBD_FLAG_READ_ONLY;
-    const char *name = nbd_cmd_name(req->type);
-
-    if (req->type >= NBD_CMD_COUNT || req->type == NBD_CMD_RESIZE) {
-        req_fail(req, EINVAL, "unknown command %u", req->type);
-        return;
-    }
-    if (req->flags & ~nbd_allowed_flags(c, req->type)) {
-        req_fail(req, EINVAL, "%s: flags 0x%x are not valid here", name,
-                 req->flags & ~nbd_allowed_flags(c, req->type));
-        return;
-    }
-    switch (req->type) {
-    case NBD_CMD_WRITE:
-    case NBD_CMD_TRIM:
-    case NBD_CMD_WRITE_ZEROES:
-        if (ro) {
-            req_fail(req, EPERM, "%s: the export is read-only", name);
-            return;
-        }
-        break;
-    case NBD_CMD_BLOCK_STATUS:
-        if (!c->structured || !nbd_any_meta(c)) {
-            req_fail(req, EINVAL, "%s: no metadata context was negotiated", name);
-            return;
-        }
-        if (req->count == 0) {
-            req_fail(req, EINVAL, "%s: zero length", name);
-            return;
-        }
-        break;
-    default:
-        break;
-    }
-    if (req->type == NBD_CMD_READ && req->count > NBD_MAX_PAYLOAD) {
-        req_fail(req, EOVERFLOW, "%s: %" PRIu32 " bytes exceed the maximum of %u", name, req->count,
-                 NBD_MAX_PAYLOAD);
-        return;
-    }
-    if (req->type == NBD_CMD_WRITE && req->count > NBD_MAX_PAYLOAD) {
-        req_fail(req, EINVAL, "%s: %" PRIu32 " bytes exceed the maximum of %u", name, req->count,
-                 NBD_MAX_PAYLOAD);
-        return;
-    }
-    if (req->type == NBD_CMD_FLUSH || req->type == NBD_CMD_DISC) {
-        return; /* offset and length are reserved */
-    }
-    if (req->offset > size || req->count > size - req->offset) {
-        bool write = req->type == NBD_CMD_WRITE || req->type == NBD_CMD_WRITE_ZEROES;
-        req_fail(req, write ? ENOSPC : EINVAL,
-                 "%s: %" PRIu64 "+%" PRIu32 " is beyond the end of the export (%" PRIu64 ")", name,
-                 req->offset, req->count, size);
-    }
-}
-
 /* Reads one request and its payload.  Caller holds read_lock.
  * Returns 0, or <0 when the connection must end. */
-static int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload)
+static int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload,
+                            uint64_t *start_ns)
 {
     struct nbd_conn *c = w->c;
-    struct nbd_request h;
-    int r = nbd_conn_recv(c, &h, sizeof h);
+    uint8_t hdr[NBD_REQUEST_HEADER_SIZE];
+    struct nbd_req_limits lim = {
+        .export_size = blk_image_size(c->exp->img),
+        .eflags = c->eflags,
+        .structured = c->structured,
+        .meta = nbd_any_meta(c),
+        .max_payload = NBD_MAX_PAYLOAD,
+    };
+    int r = nbd_conn_recv(c, hdr, sizeof hdr);
 
+    *payload = NULL;
     if (r < 0) {
         return r;
     }
-    req->start_ns = clock_ns();
-    if (be32toh(h.magic) != NBD_REQUEST_MAGIC) {
-        log_error("bad request magic 0x%08" PRIx32 ", closing the connection", be32toh(h.magic));
+    *start_ns = clock_ns();
+    switch (nbd_request_decode(hdr, &lim, req)) {
+    case NBD_REQ_BAD_MAGIC:
+        log_error("%s, closing the connection", req->msg);
         return -EPROTO;
+    case NBD_REQ_REFUSED:
+        return nbd_conn_discard(c, req->payload_len);
+    case NBD_REQ_VALID:
+        break;
     }
-    req->flags = be16toh(h.flags);
-    req->type = be16toh(h.type);
-    req->cookie = h.cookie;
-    req->offset = be64toh(h.offset);
-    req->count = be32toh(h.count);
-    req->err = 0;
-    req->msg[0] = '\0';
-    *payload = NULL;
-    nbd_validate(c, req);
-    if (req->type != NBD_CMD_WRITE) {
+    if (req->payload_len == 0) {
         return 0;
     }
-    if (req->err) {
-        return nbd_conn_discard(c, req->count);
-    }
-    *payload = worker_buf(w, req->count);
+    *payload = worker_buf(w, req->payload_len);
     if (!*payload) {
-        req_fail(req, ENOMEM, "%s: no memory for %" PRIu32 " bytes", nbd_cmd_name(req->type),
-                 req->count);
-        return nbd_conn_discard(c, req->count);
+        req->err = ENOMEM;
+        snprintf(req->msg, sizeof req->msg, "%s: no memory for %" PRIu32 " bytes",
+                 nbd_cmd_name(req->type), req->payload_len);
+        return nbd_conn_discard(c, req->payload_len);
     }
-    return nbd_conn_recv(c, *payload, req->count);
+    return nbd_conn_recv(c, *payload, req->payload_len);
 }
 
 /* Append one extent, merging it into the previous one when the status is
@@ -425,7 +324,8 @@ static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payl
     return nbd_reply_simple(c, req->cookie, 0) < 0;
 }
 
-static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *payload)
+static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *payload,
+                               uint64_t start_ns)
 {
     struct nbd_conn *c = w->c;
     int r;
@@ -456,7 +356,7 @@ static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *
     }
     uint64_t bytes =
         (req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) && r >= 0 ? req->count : 0;
-    uint64_t service_ns = clock_ns() - req->start_ns;
+    uint64_t service_ns = clock_ns() - start_ns;
     nbd_stats_record(&c->srv->stats, req->type, r < 0, bytes, service_ns);
     atomic_store_explicit(&c->last_service_ns, service_ns, memory_order_relaxed);
 }
@@ -549,6 +449,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
     for (;;) {
         struct nbd_req req;
         void *payload = NULL;
+        uint64_t start_ns = 0;
         int r;
 
         if (!reading) {
@@ -561,7 +462,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
             pthread_mutex_unlock(&c->read_lock);
             break;
         }
-        r = nbd_read_request(&w, &req, &payload);
+        r = nbd_read_request(&w, &req, &payload, &start_ns);
         if (r < 0 || req.type == NBD_CMD_DISC) {
             if (r == -ETIMEDOUT) {
                 log_info("idle for %" PRIu64 " s, closing", c->idle_ns / UINT64_C(1000000000));
@@ -585,7 +486,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
         } else {
             nbd_kept_read_side = c;
         }
-        nbd_finish_request(&w, &req, payload);
+        nbd_finish_request(&w, &req, payload, start_ns);
         reading = nbd_kept_read_side == c;
         nbd_kept_read_side = NULL;
         atomic_store(&c->last_active_ns, clock_ns());

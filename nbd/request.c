@@ -1,0 +1,126 @@
+/* nbd/request.c: decoding and checking a request header (see request.h).
+ *
+ * Every field is checked here, before the block layer is touched, in
+ * the order the spec's error rules suggest: an unknown command, then
+ * flags, then permission, then lengths, then the range.  The errno of a
+ * refusal is what the client gets (transmission.c maps it to NBD_E*):
+ * EINVAL for what the client should not have sent, EPERM for writing a
+ * read-only export, EOVERFLOW for a read longer than we serve (the spec's
+ * choice), ENOSPC for a write past the end. */
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "names.h"
+#include "protocol.h"
+#include "request.h"
+
+static enum nbd_req_verdict refuse(struct nbd_req *req, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum nbd_req_verdict refuse(struct nbd_req *req, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req->msg, sizeof req->msg, fmt, ap);
+    va_end(ap);
+    req->err = err;
+    return NBD_REQ_REFUSED;
+}
+
+uint16_t nbd_request_allowed_flags(const struct nbd_req_limits *lim, uint16_t type)
+{
+    /* FUA is valid on any command once advertised, as the spec asks. */
+    uint16_t f = (lim->eflags & NBD_FLAG_SEND_FUA) ? NBD_CMD_FLAG_FUA : 0;
+
+    switch (type) {
+    case NBD_CMD_READ:
+        return f | (lim->structured && (lim->eflags & NBD_FLAG_SEND_DF) ? NBD_CMD_FLAG_DF : 0);
+    case NBD_CMD_WRITE_ZEROES:
+        return f | NBD_CMD_FLAG_NO_HOLE |
+               ((lim->eflags & NBD_FLAG_SEND_FAST_ZERO) ? NBD_CMD_FLAG_FAST_ZERO : 0);
+    case NBD_CMD_BLOCK_STATUS:
+        return f | NBD_CMD_FLAG_REQ_ONE;
+    default:
+        return f;
+    }
+}
+
+static bool is_write(uint16_t type)
+{
+    return type == NBD_CMD_WRITE || type == NBD_CMD_TRIM || type == NBD_CMD_WRITE_ZEROES;
+}
+
+/* Everything but the range. */
+static enum nbd_req_verdict check_command(const struct nbd_req_limits *lim, struct nbd_req *req)
+{
+    const char *name = nbd_cmd_name(req->type);
+    uint16_t allowed;
+
+    if (req->type >= NBD_CMD_COUNT || req->type == NBD_CMD_RESIZE) {
+        return refuse(req, EINVAL, "unknown command %u", req->type);
+    }
+    allowed = nbd_request_allowed_flags(lim, req->type);
+    if (req->flags & ~allowed) {
+        return refuse(req, EINVAL, "%s: flags 0x%x are not valid here", name,
+                      req->flags & ~allowed);
+    }
+    if (is_write(req->type) && (lim->eflags & NBD_FLAG_READ_ONLY)) {
+        return refuse(req, EPERM, "%s: the export is read-only", name);
+    }
+    if (req->type == NBD_CMD_BLOCK_STATUS) {
+        if (!lim->structured || !lim->meta) {
+            return refuse(req, EINVAL, "%s: no metadata context was negotiated", name);
+        }
+        if (req->count == 0) {
+            return refuse(req, EINVAL, "%s: zero length", name);
+        }
+    }
+    if ((req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) &&
+        req->count > lim->max_payload) {
+        return refuse(req, req->type == NBD_CMD_READ ? EOVERFLOW : EINVAL,
+                      "%s: %" PRIu32 " bytes exceed the maximum of %" PRIu32, name, req->count,
+                      lim->max_payload);
+    }
+    return NBD_REQ_VALID;
+}
+
+enum nbd_req_verdict nbd_request_decode(const void *hdr, const struct nbd_req_limits *lim,
+                                        struct nbd_req *req)
+{
+    struct nbd_request h;
+    enum nbd_req_verdict v;
+
+    memcpy(&h, hdr, sizeof h);
+    memset(req, 0, sizeof *req);
+    req->flags = be16toh(h.flags);
+    req->type = be16toh(h.type);
+    req->cookie = h.cookie;
+    req->offset = be64toh(h.offset);
+    req->count = be32toh(h.count);
+    if (be32toh(h.magic) != NBD_REQUEST_MAGIC) {
+        snprintf(req->msg, sizeof req->msg, "bad request magic 0x%08" PRIx32, be32toh(h.magic));
+        return NBD_REQ_BAD_MAGIC;
+    }
+    if (req->type == NBD_CMD_WRITE) {
+        req->payload_len = req->count;
+    }
+    v = check_command(lim, req);
+    if (v != NBD_REQ_VALID) {
+        return v;
+    }
+    if (req->type == NBD_CMD_FLUSH || req->type == NBD_CMD_DISC) {
+        return NBD_REQ_VALID; /* offset and length are reserved */
+    }
+    if (req->offset > lim->export_size || req->count > lim->export_size - req->offset) {
+        bool grows = req->type == NBD_CMD_WRITE || req->type == NBD_CMD_WRITE_ZEROES;
+        return refuse(req, grows ? ENOSPC : EINVAL,
+                      "%s: %" PRIu64 "+%" PRIu32 " is beyond the end of the export (%" PRIu64 ")",
+                      nbd_cmd_name(req->type), req->offset, req->count, lim->export_size);
+    }
+    return NBD_REQ_VALID;
+}
