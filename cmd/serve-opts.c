@@ -66,12 +66,16 @@ void serve_usage(FILE *f)
         "Clients and process:\n"
         "  -e, --shared=N           at most N clients at once, 0 = unlimited (default 1)\n"
         "      --max-connections=N  the same as --shared\n"
-        "      --idle-timeout=S     close connections idle (no request in flight) for S\n"
-        "                           seconds (default 0: never)\n"
+        "      --idle-timeout=S     close connections idle (no request in flight) or not\n"
+        "                           reading their replies for S seconds (default 0: never)\n"
+        "      --connection-cap=N   never more than N connections, whatever -e says\n"
+        "                           (default %d)\n"
+        "      --thread-cap=N       never more than N threads serving clients (default %d)\n"
         "  -t, --persistent         keep serving after the last client disconnects\n"
         "      --threads=N          requests in flight per connection (default %d)\n"
         "      --handshake-limit=S  drop clients that have not finished the handshake\n"
-        "                           in S seconds, 0 = never (default %d)\n"
+        "                           (or do not read its replies) in S seconds, 0 = never\n"
+        "                           (default %d)\n"
         "      --fork               run in the background once the socket is ready\n"
         "      --pid-file=PATH      write the server's process id to PATH\n"
         "      --stats=FILE         write statistics as JSON to FILE on SIGUSR1 and at exit\n"
@@ -96,13 +100,14 @@ void serve_usage(FILE *f)
         "  -V, --version            the version\n"
         "\n"
         "Statistics go to stderr (syslog once forked) on SIGUSR1 and at exit.  SIGINT\n"
-        "and SIGTERM "
-        "stop accepting clients, finish requests in flight, flush and exit 0.\n"
+        "and SIGTERM stop accepting clients, finish requests in flight, give clients %d s\n"
+        "to take their replies (then drop them), flush and exit 0.\n"
         "Images are locked as qemu-nbd locks them: a writable export keeps every other\n"
         "writer and reader out, a read-only one lets readers in.\n"
         "Exit status: 0 success, 1 failure (image, socket), 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
         "See diskimg-serve(1).\n",
-        NBD_DEFAULT_PORT, SERVE_DEFAULT_WORKERS, SERVE_DEFAULT_HANDSHAKE_LIMIT);
+        NBD_DEFAULT_PORT, NBD_DEFAULT_CONNECTION_CAP, NBD_DEFAULT_THREAD_CAP, SERVE_DEFAULT_WORKERS,
+        SERVE_DEFAULT_HANDSHAKE_LIMIT, NBD_SHUTDOWN_GRACE_S);
 }
 
 /* One image key of --image-opts or --export ("what" names the option in
@@ -288,6 +293,8 @@ enum {
     OPT_EXPORT,
     OPT_IDLE_TIMEOUT,
     OPT_UNTRUSTED,
+    OPT_CONNECTION_CAP,
+    OPT_THREAD_CAP,
 };
 
 static const struct option serve_long_opts[] = {
@@ -332,6 +339,8 @@ static const struct option serve_long_opts[] = {
     {"max-connections", required_argument, NULL, 'e'},
     {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
     {"untrusted", no_argument, NULL, OPT_UNTRUSTED},
+    {"connection-cap", required_argument, NULL, OPT_CONNECTION_CAP},
+    {"thread-cap", required_argument, NULL, OPT_THREAD_CAP},
     {NULL, 0, NULL, 0},
 };
 
@@ -515,6 +524,19 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
                 return cmd_usage_error("serve", "invalid --idle-timeout '%s'", optarg);
             }
             o->srv.idle_timeout_s = (unsigned)v;
+            break;
+        case OPT_CONNECTION_CAP:
+            if (parse_uint(optarg, 1, 1u << 20, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --connection-cap '%s' (1 to 1048576)",
+                                       optarg);
+            }
+            o->srv.connection_cap = (unsigned)v;
+            break;
+        case OPT_THREAD_CAP:
+            if (parse_uint(optarg, 1, 1u << 20, &v) < 0) {
+                return cmd_usage_error("serve", "invalid --thread-cap '%s' (1 to 1048576)", optarg);
+            }
+            o->srv.thread_cap = (unsigned)v;
             break;
         case OPT_DEBUG:
             if (debug_flag_set(optarg) < 0) {

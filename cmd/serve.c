@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "block/bitmap.h"
@@ -102,6 +103,39 @@ static int serve_write_pid_file(const char *path)
         return err_set(errno, "--pid-file %s", path);
     }
     return 0;
+}
+
+/* The connection cap must fit the open file limit (one descriptor per
+ * connection, and some for images, listeners and logs): raise the soft
+ * limit as far as the hard one allows, and lower the cap if that is not
+ * enough, saying so.  A cap above -e makes no difference; one below is
+ * what holds. */
+#define SERVE_FD_RESERVE 64
+
+static void serve_fit_caps(struct nbd_server_config *cfg)
+{
+    struct rlimit rl;
+    unsigned cap = cfg->connection_cap ? cfg->connection_cap : NBD_DEFAULT_CONNECTION_CAP;
+    rlim_t want = (rlim_t)cap + SERVE_FD_RESERVE;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+            unsigned fit =
+                rl.rlim_cur > SERVE_FD_RESERVE ? (unsigned)rl.rlim_cur - SERVE_FD_RESERVE : 1;
+            log_warn("the open file limit (%llu) allows %u connections, not the %u of "
+                     "--connection-cap",
+                     (unsigned long long)rl.rlim_cur, fit, cap);
+            cap = fit;
+        }
+    }
+    cfg->connection_cap = cap;
+    if (cfg->max_connections > cap) {
+        log_warn("-e/--shared=%u is above the connection cap: at most %u clients at once "
+                 "(see --connection-cap)",
+                 cfg->max_connections, cap);
+    }
 }
 
 /* systemd socket activation: LISTEN_PID is us, LISTEN_FDS sockets from
@@ -264,6 +298,7 @@ static int serve_run(int argc, char **argv)
     if (r) {
         return r < 0 ? EXIT_OK : r;
     }
+    serve_fit_caps(&o.srv);
     if (o.fork) {
         ready_fd = serve_fork();
     }

@@ -3,7 +3,17 @@
  * Receives go through a small buffer so that a request header and a short
  * write payload usually arrive in one recv(); large payloads are read
  * straight into the caller's buffer.  During the handshake a deadline
- * bounds every wait, so a silent client cannot hold a slot. */
+ * bounds every wait, receives and sends alike, so neither a silent client
+ * nor one that never reads our option replies can hold a slot.
+ *
+ * Sends never block in the kernel on a plain socket: they are tried
+ * without waiting, and when the client's window is full they wait in
+ * poll() for it to read, until the handshake deadline, or until the
+ * connection is dropped (nbd_conn_drop: by server.c's watchdog, for the
+ * idle timeout or at shutdown).  While a send waits, send_wait_since
+ * says since when no byte went out, which is what the watchdog reads.
+ * A TLS send blocks inside GnuTLS; it sets send_wait_since for its whole
+ * duration, and the watchdog ends it by shutting the socket down. */
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
@@ -39,15 +49,17 @@ static int nbd_conn_wait_idle(struct nbd_conn *c)
 /* Wait until fd is readable or the handshake deadline passes. */
 static int nbd_conn_wait_readable(struct nbd_conn *c)
 {
-    if (!c->deadline_ns) {
+    uint64_t deadline = atomic_load(&c->deadline_ns);
+
+    if (!deadline) {
         return c->idle_ns ? nbd_conn_wait_idle(c) : 0;
     }
     for (;;) {
         uint64_t now = clock_ns();
-        if (now >= c->deadline_ns) {
+        if (now >= deadline) {
             return -ETIMEDOUT;
         }
-        int ms = (int)MIN((c->deadline_ns - now) / 1000000 + 1, (uint64_t)60000);
+        int ms = (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)60000);
         struct pollfd p = {.fd = c->fd, .events = POLLIN};
         int r = poll(&p, 1, ms);
         if (r > 0) {
@@ -198,24 +210,78 @@ int nbd_conn_discard(struct nbd_conn *c, uint64_t len)
     return 0;
 }
 
+/* The client's window is full: wait until it takes more, the handshake
+ * deadline passes, or the connection is dropped.  Wakes once a second to
+ * look at the drop flag (a shutdown() from the watchdog wakes it at once
+ * too). */
+static int nbd_conn_wait_writable(struct nbd_conn *c)
+{
+    for (;;) {
+        uint64_t now = clock_ns(), deadline = atomic_load(&c->deadline_ns);
+        if (atomic_load(&c->drop) != NBD_DROP_NONE) {
+            return -EPIPE;
+        }
+        if (deadline && now >= deadline) {
+            return -ETIMEDOUT;
+        }
+        int ms = deadline ? (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)1000) : 1000;
+        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+        int r = poll(&p, 1, ms);
+        if (r > 0) {
+            return 0; /* writable, or an error that sendmsg will report */
+        }
+        if (r < 0 && errno != EINTR) {
+            return -errno;
+        }
+    }
+}
+
+static int nbd_conn_send_tls(struct nbd_conn *c, struct iovec *iov, int iovcnt)
+{
+    int r;
+
+    atomic_store(&c->send_wait_since, clock_ns());
+    r = atomic_load(&c->drop) != NBD_DROP_NONE ? -EPIPE : nbd_tls_send(c->tls, iov, iovcnt);
+    atomic_store(&c->send_wait_since, 0);
+    return r;
+}
+
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
 {
+    int r = 0;
+
     if (c->tls) {
-        return nbd_tls_send(c->tls, iov, iovcnt);
+        return nbd_conn_send_tls(c, iov, iovcnt);
     }
     while (iovcnt > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
-        bool keeps_reader = nbd_kept_read_side == c;
-        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | (keeps_reader ? MSG_DONTWAIT : 0));
+        if (atomic_load(&c->drop) != NBD_DROP_NONE) {
+            r = -EPIPE;
+            break;
+        }
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
             }
-            if (keeps_reader && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                nbd_release_read_side(c); /* then wait for the client */
-                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                r = -errno;
+                break;
             }
-            return -errno;
+            if (nbd_kept_read_side == c) {
+                nbd_release_read_side(c); /* let others read while we wait */
+            }
+            if (atomic_load(&c->send_wait_since) == 0) {
+                atomic_store(&c->send_wait_since, clock_ns());
+            }
+            r = nbd_conn_wait_writable(c);
+            if (r < 0) {
+                break;
+            }
+            continue;
+        }
+        if (n > 0 && atomic_load(&c->send_wait_since) != 0) {
+            atomic_store(&c->send_wait_since, clock_ns()); /* progress */
         }
         while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
             n -= (ssize_t)iov->iov_len;
@@ -227,7 +293,8 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
             iov->iov_len -= (size_t)n;
         }
     }
-    return 0;
+    atomic_store(&c->send_wait_since, 0);
+    return r;
 }
 
 int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len)
@@ -241,4 +308,15 @@ void nbd_conn_kill(struct nbd_conn *c)
 {
     atomic_store(&c->dead, true);
     shutdown(c->fd, SHUT_RDWR);
+}
+
+bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why)
+{
+    int none = NBD_DROP_NONE;
+
+    if (!atomic_compare_exchange_strong(&c->drop, &none, (int)why)) {
+        return false; /* dropped already */
+    }
+    nbd_conn_kill(c); /* wakes whatever it waits in */
+    return true;
 }

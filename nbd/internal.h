@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/escape.h"
 #include "common/histogram.h"
 #include "protocol.h"
 #include "server.h"
@@ -70,7 +71,12 @@ struct nbd_server {
     unsigned active;
     unsigned next_conn_id;
     bool had_client;
-    bool shutting_down;
+    uint64_t stop_deadline_ns; /* stopping: replies wait for clients until then */
+    uint64_t cap_logged_ns;    /* when a connection or thread cap was last logged */
+
+    _Atomic bool stopping;    /* SIGTERM/SIGINT: read no more requests */
+    _Atomic unsigned threads; /* connection and worker threads running */
+    _Atomic uint64_t thread_cap_logged_ns;
 
     struct nbd_stats stats;
 };
@@ -90,12 +96,17 @@ struct nbd_conn {
     bool may_poll;                    /* transmission phase: busy-polling allowed */
     uint64_t poll_ns;                 /* current busy-poll window (adapted by conn.c) */
     _Atomic uint64_t last_service_ns; /* how long the last request took */
-    uint64_t deadline_ns;             /* handshake deadline, 0 = none */
-    uint64_t idle_ns;                 /* --idle-timeout in transmission, 0 = none */
+    _Atomic uint64_t deadline_ns;     /* handshake deadline, 0 = none */
+    _Atomic uint64_t idle_ns;         /* --idle-timeout in transmission, 0 = none */
     _Atomic uint64_t last_active_ns;
     _Atomic unsigned inflight; /* requests read and not yet answered */
 
     pthread_mutex_t write_lock;
+    /* Since when a send has been waiting for the client to take bytes
+     * (a TLS send: since it started), 0 = no send waiting.  Read by the
+     * watchdog (server.c). */
+    _Atomic uint64_t send_wait_since;
+    _Atomic int drop; /* enum nbd_drop_reason: why the connection is being dropped */
 
     struct nbd_tls_session *tls; /* after STARTTLS: all I/O goes through it */
     char tls_peer[256];          /* client DN or PSK identity */
@@ -119,6 +130,22 @@ struct nbd_conn {
     struct nbd_conn *next; /* in srv->conns */
 };
 
+/* Why the server drops a connection (nbd_conn_drop). */
+enum nbd_drop_reason {
+    NBD_DROP_NONE,
+    NBD_DROP_DEADLINE, /* the handshake outlived --handshake-limit */
+    NBD_DROP_IDLE,     /* no reply went out for --idle-timeout: the client does not read */
+    NBD_DROP_SHUTDOWN, /* replies not delivered within the shutdown grace */
+};
+
+/* A string a client chose (an export name, a TLS identity, a message
+ * quoting one), escaped for a log line into buf (common/escape.h). */
+static inline const char *nbd_log_str(const char *s, char *buf, size_t len)
+{
+    str_escape_buf(buf, len, s);
+    return buf;
+}
+
 /* conn.c: transport.  Return 0 or -errno (-ECONNRESET on end of stream). */
 int nbd_conn_recv(struct nbd_conn *c, void *buf, size_t len);
 /* Bytes of another request are already here (buffered or on the socket). */
@@ -128,6 +155,9 @@ int nbd_conn_discard(struct nbd_conn *c, uint64_t len);
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt);
 int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len);
 void nbd_conn_kill(struct nbd_conn *c);
+/* End the connection for a reason: sends and receives fail from now on
+ * (blocked ones wake up).  Returns false if it was dropped already. */
+bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why);
 
 /* transmission.c: the connection whose read side this thread keeps while it
  * runs a request (see there), else NULL.  A send that would block releases
@@ -161,5 +191,20 @@ void nbd_stats_record(struct nbd_stats *st, uint16_t cmd, bool error, uint64_t b
 
 /* server.c */
 void nbd_server_conn_finished(struct nbd_server *srv, struct nbd_conn *c);
+
+/* limits.c: the caps and the watchdog.  A thread serving clients is
+ * counted against --thread-cap: reserve before creating it (false: the
+ * cap is reached; for a worker that is logged), release when it ends. */
+bool nbd_thread_reserve(struct nbd_server *srv, bool for_worker);
+void nbd_thread_release(struct nbd_server *srv);
+/* Caller holds srv->lock for these. */
+const char *nbd_server_full(struct nbd_server *srv);
+void nbd_server_log_full(struct nbd_server *srv, const char *why);
+void nbd_watchdog(struct nbd_server *srv);
+int nbd_watchdog_interval_ms(struct nbd_server *srv);
+/* Caller does not hold srv->lock: stop reading requests, wait for the
+ * connections to end (dropping those whose replies wait for the client
+ * past NBD_SHUTDOWN_GRACE_S). */
+void nbd_server_stop(struct nbd_server *srv);
 
 #endif

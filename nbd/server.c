@@ -39,6 +39,12 @@ int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg)
     if (srv->cfg.workers_per_conn == 0) {
         srv->cfg.workers_per_conn = 1;
     }
+    if (srv->cfg.connection_cap == 0) {
+        srv->cfg.connection_cap = NBD_DEFAULT_CONNECTION_CAP;
+    }
+    if (srv->cfg.thread_cap == 0) {
+        srv->cfg.thread_cap = NBD_DEFAULT_THREAD_CAP;
+    }
     if (pipe2(srv->wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
         int e = errno;
         free(srv);
@@ -136,41 +142,62 @@ static void nbd_conn_free(struct nbd_conn *c)
     free(c);
 }
 
+/* Why the handshake failed, for the log line. */
+static const char *nbd_handshake_failure(struct nbd_conn *c, int r, char *buf, size_t len)
+{
+    if (r == -ETIMEDOUT || atomic_load(&c->drop) == NBD_DROP_DEADLINE) {
+        return "time limit reached";
+    }
+    if (atomic_load(&c->drop) == NBD_DROP_SHUTDOWN) {
+        return "the server is shutting down";
+    }
+    /* The message may quote the client's export name. */
+    return nbd_log_str(err_msg_or(r), buf, len);
+}
+
 static void *nbd_conn_main(void *arg)
 {
     struct nbd_conn *c = arg;
     struct nbd_server *srv = c->srv;
+    char ebuf[512], pbuf[512];
     int r;
 
     log_set_context(c->log_ctx);
     log_debug("connection from %s", c->peer);
     if (srv->cfg.handshake_limit_s) {
-        c->deadline_ns = clock_ns() + (uint64_t)srv->cfg.handshake_limit_s * 1000000000ULL;
+        atomic_store(&c->deadline_ns,
+                     clock_ns() + (uint64_t)srv->cfg.handshake_limit_s * 1000000000ULL);
     }
     err_clear();
     r = nbd_handshake(c);
-    c->deadline_ns = 0;
+    atomic_store(&c->deadline_ns, 0);
     nbd_tls_set_deadline(c->tls, 0);
+    if (r == 0 && atomic_load(&c->drop) != NBD_DROP_NONE) {
+        r = -EPIPE; /* the watchdog took it just as it finished */
+    }
     if (r == 0) {
         /* Like qemu-nbd, only a client that got an export counts for
          * exiting after the last one leaves (listings and probes do not). */
         pthread_mutex_lock(&srv->lock);
         srv->had_client = true;
         pthread_mutex_unlock(&srv->lock);
-        log_info("%s opened export '%s'%s%s%s", c->peer, c->exp->name, c->tls ? " over TLS" : "",
-                 c->tls_peer[0] ? " as " : "", c->tls_peer);
-        c->idle_ns = (uint64_t)srv->cfg.idle_timeout_s * 1000000000ULL;
+        log_info("%s opened export '%s'%s%s%s", c->peer,
+                 nbd_log_str(c->exp->name, ebuf, sizeof ebuf), c->tls ? " over TLS" : "",
+                 c->tls_peer[0] ? " as " : "",
+                 nbd_log_str(c->tls_peer, pbuf, sizeof pbuf)); /* a client's DN or PSK identity */
+        atomic_store(&c->idle_ns, (uint64_t)srv->cfg.idle_timeout_s * 1000000000ULL);
         atomic_store(&c->last_active_ns, clock_ns());
         nbd_transmission(c);
-        log_info("%s closed export '%s' after %" PRIu64 " request(s)", c->peer, c->exp->name,
-                 c->requests);
+        log_info("%s closed export '%s' after %" PRIu64 " request(s)", c->peer,
+                 nbd_log_str(c->exp->name, ebuf, sizeof ebuf), c->requests);
     } else if (r == -ECONNABORTED) { /* NBD_OPT_ABORT is a clean goodbye */
         log_debug("%s left during the handshake", c->peer);
     } else {
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
         log_info("%s dropped during the handshake: %s", c->peer,
-                 r == -ETIMEDOUT ? "time limit reached" : err_msg_or(r));
+                 nbd_handshake_failure(c, r, ebuf, sizeof ebuf));
     }
+    nbd_thread_release(srv); /* while srv is certainly alive */
     nbd_server_conn_finished(srv, c);
     nbd_conn_free(c);
     return NULL;
@@ -193,19 +220,28 @@ void nbd_server_conn_finished(struct nbd_server *srv, struct nbd_conn *c)
     pthread_mutex_unlock(&srv->lock);
 }
 
-static void nbd_accept_one(struct nbd_server *srv, int lfd)
+/* Accept one client and start its thread.  Returns false when accepting
+ * failed for want of resources (file descriptors, memory), so the caller
+ * backs off instead of retrying in a tight loop. */
+static bool nbd_accept_one(struct nbd_server *srv, int lfd)
 {
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     struct nbd_conn *c;
     pthread_attr_t attr;
     pthread_t t;
-    int one = 1;
+    int one = 1, fd;
 
+    if (!nbd_thread_reserve(srv, false)) {
+        return true; /* the loop sees the thread cap next time round */
+    }
+    fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-            log_error("accept: %s", strerror(errno));
+        int e = errno;
+        nbd_thread_release(srv);
+        if (e == EAGAIN || e == EINTR || e == ECONNABORTED) {
+            return true;
         }
-        return;
+        log_error("accept: %s", strerror(e));
+        return e != EMFILE && e != ENFILE && e != ENOMEM && e != ENOBUFS;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails harmlessly on unix */
     c = calloc(1, sizeof *c);
@@ -213,7 +249,8 @@ static void nbd_accept_one(struct nbd_server *srv, int lfd)
         log_error("no memory for a connection");
         free(c);
         close(fd);
-        return;
+        nbd_thread_release(srv);
+        return false;
     }
     c->srv = srv;
     c->fd = fd;
@@ -235,12 +272,15 @@ static void nbd_accept_one(struct nbd_server *srv, int lfd)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 512 * 1024);
-    if (pthread_create(&t, &attr, nbd_conn_main, c) != 0) {
+    bool started = pthread_create(&t, &attr, nbd_conn_main, c) == 0;
+    if (!started) {
         log_error("cannot start a thread for %s", c->peer);
         nbd_server_conn_finished(srv, c);
         nbd_conn_free(c);
+        nbd_thread_release(srv);
     }
     pthread_attr_destroy(&attr);
+    return started;
 }
 
 /* Drain wake_pipe; returns true if shutdown was requested. */
@@ -262,56 +302,71 @@ static bool nbd_handle_wakeups(struct nbd_server *srv)
     return quit;
 }
 
-/* Stop every connection from reading new requests; what is in flight
- * finishes and is answered. */
-static void nbd_stop_connections(struct nbd_server *srv)
-{
-    pthread_mutex_lock(&srv->lock);
-    srv->shutting_down = true;
-    for (struct nbd_conn *c = srv->conns; c; c = c->next) {
-        /* The reader sees end of stream; replies can still be sent. */
-        shutdown(c->fd, SHUT_RD);
-    }
-    while (srv->active > 0) {
-        pthread_cond_wait(&srv->conn_done, &srv->lock);
-    }
-    pthread_mutex_unlock(&srv->lock);
-}
-
+/*
+ * The accept loop.  While the server is full (-e slots, or a cap), the
+ * listening sockets are left alone and new clients wait in the kernel's
+ * listen queue, as with qemu-nbd.  The loop still notices the first
+ * client that waits, to say so in the log once, then stops looking until
+ * a connection ends.
+ */
 int nbd_server_run(struct nbd_server *srv)
 {
     struct pollfd pfd[NBD_MAX_LISTENERS + 1];
+    bool told_full = false, backoff = false;
+    unsigned first = 0; /* listeners take turns at being looked at first */
 
     for (;;) {
         unsigned nfds = 1;
-        bool full, idle_exit;
+        const char *full;
+        bool idle_exit;
+        int timeout;
 
         pthread_mutex_lock(&srv->lock);
-        full = srv->cfg.max_connections && srv->active >= srv->cfg.max_connections;
+        full = nbd_server_full(srv);
         idle_exit = !srv->cfg.persistent && srv->had_client && srv->active == 0;
+        timeout = nbd_watchdog_interval_ms(srv);
         pthread_mutex_unlock(&srv->lock);
         if (idle_exit) {
             break;
         }
-        pfd[0] = (struct pollfd){.fd = srv->wake_pipe[0], .events = POLLIN};
-        /* With every slot taken, new clients wait in the backlog. */
-        for (unsigned i = 0; !full && i < srv->n_listen; i++) {
-            pfd[nfds++] = (struct pollfd){.fd = srv->listen_fd[i], .events = POLLIN};
+        if (!full) {
+            told_full = false;
         }
-        if (poll(pfd, nfds, -1) < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
+        pfd[0] = (struct pollfd){.fd = srv->wake_pipe[0], .events = POLLIN};
+        for (unsigned i = 0; !(full && told_full) && !backoff && i < srv->n_listen; i++) {
+            unsigned k = (first + i) % srv->n_listen;
+            pfd[nfds++] = (struct pollfd){.fd = srv->listen_fd[k], .events = POLLIN};
+        }
+        if (backoff) {
+            timeout = 1000; /* out of file descriptors or memory: retry in a second */
+            backoff = false;
+        }
+        int n = poll(pfd, nfds, timeout);
+        if (n < 0 && errno != EINTR) {
             return err_set(errno, "poll");
         }
-        if ((pfd[0].revents & POLLIN) && nbd_handle_wakeups(srv)) {
+        if (n > 0 && (pfd[0].revents & POLLIN) && nbd_handle_wakeups(srv)) {
             break;
         }
-        for (unsigned i = 1; i < nfds; i++) {
-            if (pfd[i].revents & POLLIN) {
-                nbd_accept_one(srv, pfd[i].fd);
+        for (unsigned i = 1; n > 0 && i < nfds; i++) {
+            if (!(pfd[i].revents & POLLIN)) {
+                continue;
             }
+            if (full) {
+                pthread_mutex_lock(&srv->lock);
+                nbd_server_log_full(srv, full);
+                pthread_mutex_unlock(&srv->lock);
+                told_full = true;
+                break;
+            }
+            /* One at a time: the next may find the server full. */
+            backoff = !nbd_accept_one(srv, pfd[i].fd);
+            first++;
+            break;
         }
+        pthread_mutex_lock(&srv->lock);
+        nbd_watchdog(srv);
+        pthread_mutex_unlock(&srv->lock);
     }
     for (unsigned i = 0; i < srv->n_listen; i++) {
         close(srv->listen_fd[i]);
@@ -322,7 +377,7 @@ int nbd_server_run(struct nbd_server *srv)
         free(srv->unix_path);
         srv->unix_path = NULL;
     }
-    nbd_stop_connections(srv);
+    nbd_server_stop(srv);
     return 0;
 }
 

@@ -15,9 +15,18 @@ struct nbd_tls;
  * upgrade), require (nothing but STARTTLS and ABORT before TLS). */
 enum nbd_tls_mode { NBD_TLS_OFF, NBD_TLS_ON, NBD_TLS_REQUIRE };
 
+/* Caps that hold whatever -e says (0 in the config: these defaults). */
+#define NBD_DEFAULT_CONNECTION_CAP 1024
+#define NBD_DEFAULT_THREAD_CAP 4096
+/* After SIGTERM/SIGINT, replies wait this long for their clients to take
+ * them; then those connections are dropped. */
+#define NBD_SHUTDOWN_GRACE_S 5
+
 struct nbd_server_config {
     unsigned workers_per_conn;  /* requests in flight per connection (default 16) */
     unsigned max_connections;   /* -e/--shared: 0 = unlimited (default 1, as qemu-nbd) */
+    unsigned connection_cap;    /* --connection-cap: connections at once, in any case */
+    unsigned thread_cap;        /* --thread-cap: threads serving clients, in all */
     bool persistent;            /* -t: keep serving after the last client leaves */
     unsigned handshake_limit_s; /* 0 = no limit (default 10) */
     unsigned idle_timeout_s;    /* 0 = never: close connections idle this long */

@@ -373,7 +373,7 @@ static void nbd_maybe_spawn(struct nbd_conn *c)
         return;
     }
     pthread_mutex_lock(&c->lock);
-    if (c->nthreads >= c->srv->cfg.workers_per_conn) {
+    if (c->nthreads >= c->srv->cfg.workers_per_conn || !nbd_thread_reserve(c->srv, true)) {
         pthread_mutex_unlock(&c->lock);
         return;
     }
@@ -386,6 +386,7 @@ static void nbd_maybe_spawn(struct nbd_conn *c)
         pthread_mutex_lock(&c->lock);
         c->nthreads--;
         pthread_mutex_unlock(&c->lock);
+        nbd_thread_release(c->srv);
     }
     pthread_attr_destroy(&attr);
 }
@@ -458,14 +459,17 @@ static void nbd_worker_loop(struct nbd_conn *c)
             atomic_fetch_sub(&c->waiting_readers, 1);
             reading = true;
         }
-        if (atomic_load(&c->dead)) {
+        if (atomic_load(&c->dead) || atomic_load(&c->srv->stopping)) {
+            /* Gone, or the server stops: no more requests, even buffered ones. */
+            atomic_store(&c->dead, true);
             pthread_mutex_unlock(&c->read_lock);
             break;
         }
         r = nbd_read_request(&w, &req, &payload, &start_ns);
         if (r < 0 || req.type == NBD_CMD_DISC) {
             if (r == -ETIMEDOUT) {
-                log_info("idle for %" PRIu64 " s, closing", c->idle_ns / UINT64_C(1000000000));
+                log_info("idle for %" PRIu64 " s, closing",
+                         atomic_load(&c->idle_ns) / UINT64_C(1000000000));
             } else if (r < 0 && r != -ECONNRESET && r != -EPROTO) {
                 log_debug("connection read failed: %s", strerror(-r));
             }
@@ -498,6 +502,9 @@ static void nbd_worker_loop(struct nbd_conn *c)
 
 static void nbd_worker_exit(struct nbd_conn *c)
 {
+    /* First: once nthreads is 0 the connection and then the server may
+     * be freed. */
+    nbd_thread_release(c->srv);
     pthread_mutex_lock(&c->lock);
     c->nthreads--;
     pthread_cond_broadcast(&c->idle);

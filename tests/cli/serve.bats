@@ -35,3 +35,16 @@ teardown() { cleanup_test; }
     assert_failure 2
     [[ "$stderr" == *"invalid cache mode 'bogus'"* ]]
 }
+
+@test "serve --connection-cap and --thread-cap take 1 to 1048576 (exit 2 otherwise)" {
+    truncate -s 1M "$TEST_DIR/a.img"
+    local bad
+    for bad in --connection-cap=0 --connection-cap=x --thread-cap=0 --thread-cap=2000000; do
+        run --separate-stderr "$DISKIMG" serve "$bad" -k "$SOCK" "$TEST_DIR/a.img"
+        assert_failure 2
+        [[ "$stderr" == *"invalid ${bad%%=*} '${bad#*=}'"* ]]
+    done
+    run "$DISKIMG" serve --help
+    assert_output --partial "--connection-cap=N"
+    assert_output --partial "--thread-cap=N"
+}

@@ -177,3 +177,102 @@ back_to_idle() {
     assert_success
     assert_output 1048576
 }
+
+# --- the global caps, which hold whatever -e says ------------------------------
+
+@test "--connection-cap holds with -e 0: the next client waits, the log says why once, then it is served" {
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --connection-cap=3 "$TEST_DIR/a.img"
+    run py "$SOCK" "$TEST_DIR/a.img" <<'EOF2'
+import socket, sys
+import nbdraw as n
+sock, path = sys.argv[1:3]
+data = open(path, "rb").read()
+held = []
+for i in range(3):
+    c = n.connect(sock)
+    c.handshake()
+    held.append(c)
+# the fourth and fifth connect (the listen queue takes them), no greeting
+waiting = [n.connect(sock) for _ in range(2)]
+for w in waiting:
+    w.sock.settimeout(1.5)
+    try:
+        sys.exit("greeted beyond the cap: %r" % w.sock.recv(18))
+    except socket.timeout:
+        pass
+    w.sock.settimeout(20)
+# the three are served meanwhile
+for i, c in enumerate(held):
+    assert c.read(i * 4096, 4096).data == data[i * 4096:(i + 1) * 4096]
+# one leaves: one waiting client gets in; another leaves: the other
+held.pop().close()
+waiting[0].handshake()
+assert waiting[0].read(0, 512).data == data[:512]
+held.pop().close()
+waiting[1].handshake()
+assert waiting[1].read(512, 512).data == data[512:1024]
+EOF2
+    assert_success
+    grep -q "connection cap reached: 3 connections (--connection-cap); new clients wait until one ends" "$SERVER_LOG"
+    [[ $(grep -c "connection cap reached" "$SERVER_LOG") -eq 1 ]]
+}
+
+@test "--thread-cap: the server's threads stay under it, a connection keeps one and still answers every request" {
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -e 0 --thread-cap=3 --threads=16 "$TEST_DIR/a.img"
+    local idle
+    idle=$(proc_status Threads)
+    run py "$SOCK" "$TEST_DIR/a.img" "$SERVER_PID" <<'EOF2'
+import socket, sys
+import nbdraw as n
+sock, path, pid = sys.argv[1:4]
+data = open(path, "rb").read()
+
+def threads():
+    for line in open("/proc/%s/status" % pid):
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+
+conns = []
+for i in range(3):
+    c = n.connect(sock)
+    c.handshake(structured=True)
+    conns.append(c)
+# 64 reads in flight on each: with 16 workers each that would be 48 threads
+peak = 0
+for c in conns:
+    for k in range(64):
+        c.send_request(n.CMD_READ, (k * 4096) % 1048576, 4096)
+    peak = max(peak, threads())
+for c in conns:
+    for k in range(64):
+        r = c.reply()
+        assert r.error == 0, r
+        peak = max(peak, threads())
+print("peak", peak)
+# a fourth client waits: every thread is a connection's own
+w = n.connect(sock)
+w.sock.settimeout(1.5)
+try:
+    sys.exit("greeted beyond the thread cap: %r" % w.sock.recv(18))
+except socket.timeout:
+    pass
+w.sock.settimeout(20)
+conns.pop().close()
+w.handshake()
+assert w.read(0, 4096).data == data[:4096]
+EOF2
+    assert_success
+    local peak=${output##*peak }
+    peak=${peak%%$'\n'*}
+    echo "idle $idle threads, peak $peak" >&2
+    [[ $peak -le $((idle + 3)) ]]
+    grep -q "thread cap reached: 3 threads serve clients (--thread-cap)" "$SERVER_LOG"
+}
+
+@test "-e above --connection-cap: a warning at start, and the cap holds" {
+    truncate -s 1M "$TEST_DIR/a.img"
+    start_server -t -e 10 --connection-cap=2 "$TEST_DIR/a.img"
+    grep -q "warning: -e/--shared=10 is above the connection cap: at most 2 clients at once" "$SERVER_LOG"
+}

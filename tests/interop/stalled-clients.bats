@@ -1,0 +1,194 @@
+#!/usr/bin/env bats
+# Clients that stop reading what the server sends: during the handshake
+# (option replies), in transmission (read replies, plain and TLS), and
+# when the server is told to stop.  None of them may hold a client slot
+# or the server's exit: the handshake limit covers sends, --idle-timeout
+# covers a reply the client does not take, and SIGTERM gives replies
+# NBD_SHUTDOWN_GRACE_S (5 s) before it drops such clients.
+#
+# The stalled clients are python processes (nbdraw.py) that flood the
+# server and then sleep with the socket open; the test kills them.
+
+load '../helpers'
+load 'lib'
+
+setup() {
+    setup_test
+    STALL_PIDS=()
+}
+
+teardown() {
+    local pid
+    for pid in "${STALL_PIDS[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    cleanup_test
+}
+
+# start_staller MODE [ARGS...]: a client that stalls as MODE says, in the
+# background; waits until it has sent everything ("stalled" on its
+# stdout).  Modes:
+#   options N       handshake, then N NBD_OPT_LIST options, never reading
+#   reads N SIZE    transmission, N reads of SIZE bytes, never reading
+#   write-reads N SIZE   a 1 MiB write of 0x5a at 0, reply read, then as reads
+#   slow N SIZE     reads, then takes the replies 256 KiB every 0.4 s
+STALLER='
+import struct, sys, time
+import nbdraw as n
+
+sock, mode = sys.argv[1], sys.argv[2]
+args = [int(a) for a in sys.argv[3:]]
+c = n.connect(sock, timeout=60)
+if mode == "options":
+    c.greeting()
+    c.send_client_flags()
+    # one send: as many small ones would fill our socket buffer first
+    c.send(struct.pack(">QII", n.IHAVEOPT, n.OPT_LIST, 0) * args[0])
+else:
+    c.handshake(structured=True)
+    if mode == "write-reads":
+        assert c.write(0, b"\x5a" * 1048576).error == 0
+    c.send(b"".join(struct.pack(">IHHQQI", n.REQUEST_MAGIC, 0, n.CMD_READ, i,
+                                (i * args[1]) % (32 << 20), args[1]) for i in range(args[0])))
+print("stalled", flush=True)
+if mode == "slow":
+    got = 0
+    while got < args[0] * args[1]:
+        time.sleep(0.4)
+        got += len(c.sock.recv(262144))
+    print("all replies taken", flush=True)
+time.sleep(300)
+'
+
+start_staller() {
+    local out=$TEST_DIR/staller.$RANDOM.out
+    PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c "$STALLER" "$SOCK" "$@" >"$out" 2>&1 &
+    STALL_PIDS+=("$!")
+    STALL_OUT=$out
+    wait_until 30 grep -q stalled "$out" || {
+        cat "$out" >&2
+        return 1
+    }
+}
+
+# log_count_is N TEXT: the server log has N lines with TEXT.
+log_count_is() { [[ $(grep -c "$2" "$SERVER_LOG") -eq $1 ]]; }
+
+# An export whose NBD_OPT_LIST reply is 4 KiB: 300 unread listings are
+# 1.2 MiB, more than the socket buffers of both ends hold.
+start_listing_server() {
+    truncate -s 1M "$TEST_DIR/a.img"
+    start_server -t "$@" -D "$(head -c 4000 /dev/zero | tr '\0' d)" "$TEST_DIR/a.img"
+}
+
+@test "-e 1: a client that never reads its option replies loses the slot at the handshake limit" {
+    require_tool nbdinfo
+    start_listing_server -e 1 --handshake-limit=2
+    start_staller options 300
+    # nbdinfo waits in the listen queue until the staller is dropped
+    run timeout 60 nbdinfo --size "$URI"
+    assert_success
+    assert_output 1048576
+    grep -q "dropped during the handshake: time limit reached" "$SERVER_LOG"
+    grep -q "client limit reached (-e/--shared=1): a new client waits" "$SERVER_LOG"
+    [[ $(grep -c "client limit reached" "$SERVER_LOG") -eq 1 ]]
+}
+
+@test "-e 0: clients that never read option replies are all dropped; others are served meanwhile" {
+    start_listing_server -e 0 --handshake-limit=2
+    local i
+    for i in 1 2 3; do
+        start_staller options 300
+    done
+    run py "$SOCK" <<'EOF'
+import sys
+import nbdraw as n
+good = n.connect(sys.argv[1])
+good.handshake()
+assert good.read(0, 512).error == 0
+EOF
+    assert_success
+    wait_until 30 log_count_is 3 "dropped during the handshake: time limit reached"
+}
+
+@test "--idle-timeout closes a connection whose client does not read replies; its slot goes to the next" {
+    require_tool nbdinfo
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    start_server -t -e 1 --idle-timeout=1 "$TEST_DIR/a.img"
+    start_staller reads 32 1048576
+    run timeout 60 nbdinfo --size "$URI"
+    assert_success
+    assert_output $((32 << 20))
+    grep -q "has not read its replies for 1 s (--idle-timeout), closing" "$SERVER_LOG"
+}
+
+@test "--idle-timeout: a client that takes its replies slowly, but takes them, is not closed" {
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    start_server -t -e 0 --idle-timeout=1 "$TEST_DIR/a.img"
+    start_staller slow 2 1048576
+    wait_until 60 grep -q "all replies taken" "$STALL_OUT"
+    ! grep -q "has not read its replies" "$SERVER_LOG"
+}
+
+@test "--idle-timeout over TLS: a client that does not read replies is closed too" {
+    require_tool certtool
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    local pki=$TEST_DIR/pki
+    mkdir -p "$pki"
+    printf 'cn = test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$pki/ca.tmpl"
+    printf 'cn = localhost\ntls_www_server\nexpiration_days = 2\n' >"$pki/srv.tmpl"
+    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/ca-key.pem" 2>/dev/null
+    certtool --generate-self-signed --load-privkey "$pki/ca-key.pem" --template "$pki/ca.tmpl" \
+        --outfile "$pki/ca-cert.pem" 2>/dev/null
+    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/server-key.pem" 2>/dev/null
+    certtool --generate-certificate --load-privkey "$pki/server-key.pem" \
+        --load-ca-certificate "$pki/ca-cert.pem" --load-ca-privkey "$pki/ca-key.pem" \
+        --template "$pki/srv.tmpl" --outfile "$pki/server-cert.pem" 2>/dev/null
+    chmod 600 "$pki/server-key.pem"
+    start_server -t -e 0 --idle-timeout=1 --tls-creds="$pki" "$TEST_DIR/a.img"
+    PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
+import sys, time
+import nbdraw as n, nbdtls
+c = n.connect(sys.argv[1], timeout=60)
+c.greeting()
+c.send_client_flags()
+nbdtls.starttls(c, ca=sys.argv[2])
+assert c.go(b"") == n.REP_ACK
+for i in range(32):
+    c.send_request(n.CMD_READ, i << 20, 1 << 20)
+print("stalled", flush=True)
+time.sleep(300)
+' "$SOCK" "$pki/ca-cert.pem" >"$TEST_DIR/tls.out" 2>&1 &
+    STALL_PIDS+=("$!")
+    wait_until 30 grep -q stalled "$TEST_DIR/tls.out" || {
+        cat "$TEST_DIR/tls.out" >&2
+        return 1
+    }
+    wait_until 30 grep -q "has not read its replies for 1 s (--idle-timeout), closing" "$SERVER_LOG"
+    assert server_alive
+}
+
+@test "SIGTERM with a client that does not read its replies: exit 0 after the grace, acknowledged writes on disk" {
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    start_server -t "$TEST_DIR/a.img"
+    start_staller write-reads 64 1048576
+    kill -TERM "$SERVER_PID"
+    # without the grace this would wait for the client forever
+    wait_exit "$SERVER_PID" 60
+    SERVER_PID=
+    [[ $EXIT_STATUS -eq 0 ]]
+    grep -q "replies not taken within 5 s of the shutdown, dropping the connection" "$SERVER_LOG"
+    grep -q "statistics after" "$SERVER_LOG"
+    range_is "$TEST_DIR/a.img" 0 1048576 5a
+    [[ ! -e "$SOCK" ]]
+}
+
+@test "SIGTERM with a client stuck in the handshake, not reading option replies, no handshake limit: exit 0" {
+    start_listing_server -e 0 --handshake-limit=0
+    start_staller options 300
+    kill -TERM "$SERVER_PID"
+    wait_exit "$SERVER_PID" 60
+    SERVER_PID=
+    [[ $EXIT_STATUS -eq 0 ]]
+}
