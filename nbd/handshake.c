@@ -86,7 +86,11 @@ int nbd_opt_reply_err(struct nbd_conn *c, uint32_t opt, uint32_t type, const cha
     if (n < 0) {
         n = 0;
     }
-    log_debug("%s: %s: %s", nbd_opt_name(opt), nbd_rep_name(type), msg);
+    if (log_verbosity > 0) {
+        char esc[1024]; /* the message may quote the client's strings */
+        log_debug("%s: %s: %s", nbd_opt_name(opt), nbd_rep_name(type),
+                  nbd_log_str(msg, esc, sizeof esc));
+    }
     return nbd_opt_reply(c, opt, type, msg, (uint32_t)MIN((size_t)n, sizeof msg - 1));
 }
 
@@ -208,7 +212,9 @@ static int nbd_opt_starttls(struct nbd_conn *c)
     memset(c->meta_selected, 0, sizeof c->meta_selected);
     free(c->meta_export);
     c->meta_export = NULL;
-    log_debug("TLS established%s%s", c->tls_peer[0] ? " with " : "", c->tls_peer);
+    char esc[512];
+    log_debug("TLS established%s%s", c->tls_peer[0] ? " with " : "",
+              nbd_log_str(c->tls_peer, esc, sizeof esc));
     return 0;
 }
 

@@ -74,6 +74,12 @@ struct nbd_server {
     uint64_t stop_deadline_ns; /* stopping: replies wait for clients until then */
     uint64_t cap_logged_ns;    /* when a connection or thread cap was last logged */
 
+    /* Failed requests are logged at most FAILLOG_BURST at once, then one
+     * a second (limits.c). */
+    pthread_mutex_t faillog_lock;
+    uint64_t faillog_tat_ns;     /* when the next line is due, by the rate */
+    uint64_t faillog_suppressed; /* lines not logged since the last one */
+
     _Atomic bool stopping;    /* SIGTERM/SIGINT: read no more requests */
     _Atomic unsigned threads; /* connection and worker threads running */
     _Atomic uint64_t thread_cap_logged_ns;
@@ -197,6 +203,9 @@ void nbd_server_conn_finished(struct nbd_server *srv, struct nbd_conn *c);
  * cap is reached; for a worker that is logged), release when it ends. */
 bool nbd_thread_reserve(struct nbd_server *srv, bool for_worker);
 void nbd_thread_release(struct nbd_server *srv);
+/* May a failed request be logged now?  *suppressed gets how many were
+ * not logged since the last one that was. */
+bool nbd_failure_log_allowed(struct nbd_server *srv, uint64_t *suppressed);
 /* Caller holds srv->lock for these. */
 const char *nbd_server_full(struct nbd_server *srv);
 void nbd_server_log_full(struct nbd_server *srv, const char *why);

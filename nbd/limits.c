@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "internal.h"
@@ -99,6 +100,30 @@ void nbd_server_log_full(struct nbd_server *srv, const char *why)
                  "wait until one ends",
                  srv->cfg.thread_cap);
     }
+}
+
+/* A client that sends bad requests in a loop must not flood the log:
+ * FAILLOG_BURST lines at once, then one per FAILLOG_INTERVAL_NS (a
+ * generic cell rate algorithm: tat is when the next line is due). */
+#define FAILLOG_BURST 20
+#define FAILLOG_INTERVAL_NS NS_PER_S
+
+bool nbd_failure_log_allowed(struct nbd_server *srv, uint64_t *suppressed)
+{
+    uint64_t now = clock_ns();
+    bool ok;
+
+    pthread_mutex_lock(&srv->faillog_lock);
+    ok = srv->faillog_tat_ns <= now + (FAILLOG_BURST - 1) * FAILLOG_INTERVAL_NS;
+    if (ok) {
+        srv->faillog_tat_ns = MAX(srv->faillog_tat_ns, now) + FAILLOG_INTERVAL_NS;
+        *suppressed = srv->faillog_suppressed;
+        srv->faillog_suppressed = 0;
+    } else {
+        srv->faillog_suppressed++;
+    }
+    pthread_mutex_unlock(&srv->faillog_lock);
+    return ok;
 }
 
 static void watchdog_drop(struct nbd_conn *c, enum nbd_drop_reason why, uint64_t waited_ns)

@@ -51,6 +51,7 @@ int nbd_server_new(struct nbd_server **out, const struct nbd_server_config *cfg)
         return err_set(e, "pipe");
     }
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->faillog_lock, NULL);
     pthread_cond_init(&srv->conn_done, NULL);
     srv->stats.start_ns = clock_ns();
     *out = srv;
@@ -405,6 +406,7 @@ void nbd_server_free(struct nbd_server *srv)
     close(srv->wake_pipe[0]);
     close(srv->wake_pipe[1]);
     pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->faillog_lock);
     pthread_cond_destroy(&srv->conn_done);
     free(srv->unix_path);
     free(srv);

@@ -324,6 +324,40 @@ static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payl
     return nbd_reply_simple(c, req->cookie, 0) < 0;
 }
 
+/* One line per failed request: the connection (its log context, and
+ * the peer), the command, its range, the error the client gets and the
+ * reason the block layer or the checks recorded.  Errors a client
+ * provokes are warnings, the others errors.  Rate-limited server-wide
+ * (limits.c) unless every request is logged anyway (--debug). */
+static void nbd_log_failure(struct nbd_conn *c, const struct nbd_req *req, uint32_t wire,
+                            const char *msg)
+{
+    bool client_side = wire == NBD_EINVAL || wire == NBD_ENOSPC || wire == NBD_EPERM ||
+                       wire == NBD_ENOTSUP || wire == NBD_EOVERFLOW;
+    uint64_t suppressed = 0;
+    char cmd[32], text[1024], more[80] = "";
+
+    if (!debug_nbd_requests && !nbd_failure_log_allowed(c->srv, &suppressed)) {
+        return;
+    }
+    if (req->type < NBD_CMD_COUNT) {
+        snprintf(cmd, sizeof cmd, "%s", nbd_cmd_name(req->type));
+    } else {
+        snprintf(cmd, sizeof cmd, "command %u", req->type);
+    }
+    size_t cl = strlen(cmd);
+    if (strncmp(msg, cmd, cl) == 0 && msg[cl] == ':' && msg[cl + 1] == ' ') {
+        msg += cl + 2; /* the checks' messages start with the command too */
+    }
+    if (suppressed) {
+        snprintf(more, sizeof more, " (%" PRIu64 " more failed requests were not logged)",
+                 suppressed);
+    }
+    log_msg(client_side ? LOG_LEVEL_WARN : LOG_LEVEL_ERROR,
+            "%s: %s %" PRIu64 "+%" PRIu32 " failed with %s: %s%s", c->peer, cmd, req->offset,
+            req->count, nbd_err_name(wire), nbd_log_str(msg, text, sizeof text), more);
+}
+
 static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *payload,
                                uint64_t start_ns)
 {
@@ -345,10 +379,7 @@ static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *
         }
         uint32_t wire = nbd_errno_to_wire(e);
         const char *msg = err_msg_or(r);
-        if (debug_nbd_requests || (wire != NBD_EINVAL && wire != NBD_ENOSPC && wire != NBD_EPERM &&
-                                   wire != NBD_ENOTSUP && wire != NBD_EOVERFLOW)) {
-            log_error("%s: %s", nbd_cmd_name(req->type), msg);
-        }
+        nbd_log_failure(c, req, wire, msg);
         (void)nbd_reply_error(c, req->cookie, wire, msg);
     }
     if (req->flags & NBD_CMD_FLAG_FUA) {

@@ -583,3 +583,95 @@ assert c.is_closed(), "connection still open after NBD_CMD_DISC"
 EOF2
     assert_success
 }
+
+@test "a failed request is logged once: connection, command, range, error and the reason" {
+    require_tool qemu-img qemu-io
+    make_image
+    start_server -t -r "$TEST_DIR/a.img"
+    run py "$SOCK" <<'EOF2'
+import sys
+import nbdraw as n
+c = n.connect(sys.argv[1])
+c.handshake(structured=True)
+r = c.write(4096, b"\x01" * 512)
+assert r.error == n.EPERM, r
+assert c.read(0, 512).error == 0
+EOF2
+    assert_success
+    stop_server
+    grep -q "conn 1: warning: unix socket: NBD_CMD_WRITE 4096+512 failed with EPERM: the export is read-only$" "$SERVER_LOG"
+    [[ $(grep -c "failed with" "$SERVER_LOG") -eq 1 ]]
+
+    # a reason the block layer recorded: a qcow2 L2 entry past the end of the file
+    qemu-img create -q -f qcow2 "$TEST_DIR/c.qcow2" 1M
+    qemu-io -c 'write -P 0x11 0 64k' "$TEST_DIR/c.qcow2" >/dev/null
+    "$PYTHON3" -c 'import struct, sys
+f = open(sys.argv[1], "r+b")
+f.seek(40)
+l1 = struct.unpack(">Q", f.read(8))[0]
+f.seek(l1)
+l2 = struct.unpack(">Q", f.read(8))[0] & 0x00fffffffffffe00
+f.seek(l2)
+f.write(struct.pack(">Q", (1 << 63) | 0x10000000))' "$TEST_DIR/c.qcow2"
+    : >"$SERVER_LOG"
+    start_server -t "$TEST_DIR/c.qcow2"
+    run py "$SOCK" <<'EOF2'
+import sys
+import nbdraw as n
+c = n.connect(sys.argv[1])
+c.handshake(structured=True)
+r = c.read(0, 4096)
+assert r.error == n.EIO, r
+assert b"past the end of the file" in r.message, r
+EOF2
+    assert_success
+    grep -q "error: unix socket: NBD_CMD_READ 0+4096 failed with EIO: qcow2: .*c.qcow2: L2 entry for guest offset 0x0 points past the end of the file" "$SERVER_LOG"
+}
+
+@test "a client sending bad requests in a loop cannot flood the log: 20 lines, then one a second" {
+    make_image
+    start_server -t "$TEST_DIR/a.img"
+    run py "$SOCK" <<'EOF2'
+import sys, time
+import nbdraw as n
+c = n.connect(sys.argv[1])
+c.handshake(structured=True)
+t0 = time.monotonic()
+for i in range(500):
+    assert c.request(42, 0, 512).error == n.EINVAL
+print("elapsed %d" % int(time.monotonic() - t0 + 1))
+time.sleep(1.5)
+assert c.request(42, 0, 512).error == n.EINVAL
+EOF2
+    assert_success
+    local elapsed=${output#elapsed }
+    stop_server
+    local lines
+    lines=$(grep -c "failed with EINVAL: unknown command 42" "$SERVER_LOG")
+    echo "$lines lines in $elapsed s" >&2
+    [[ $lines -ge 21 && $lines -le $((20 + elapsed + 2)) ]]
+    grep -q "unix socket: command 42 0+512 failed with EINVAL: unknown command 42 ([0-9]* more failed requests were not logged)$" "$SERVER_LOG"
+}
+
+@test "an export name with control characters is logged escaped, never as it is" {
+    make_image
+    start_server -t -e 0 "$TEST_DIR/a.img"
+    run py "$SOCK" <<'EOF2'
+import sys
+import nbdraw as n
+evil = b"\x1b[31mred\r\nforged: line\xff"
+c = n.connect(sys.argv[1])
+c.greeting()
+c.send_client_flags()
+assert c.go(evil) == n.REP_ERR_UNKNOWN
+c.send_option(n.OPT_EXPORT_NAME, evil)
+assert c.is_closed()
+EOF2
+    assert_success
+    stop_server
+    cat "$SERVER_LOG" >&2
+    grep -qF "dropped during the handshake: NBD_OPT_EXPORT_NAME: export '\x1b[31mred\x0d\x0aforged: line\xff' not found" "$SERVER_LOG"
+    ! grep -q $'\x1b' "$SERVER_LOG"
+    ! grep -q $'\r' "$SERVER_LOG"
+    ! grep -q "^forged" "$SERVER_LOG"
+}
