@@ -21,6 +21,7 @@
 #include "client.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/util.h"
 #include "names.h"
 #include "protocol.h"
@@ -206,7 +207,12 @@ static int recv_reply(struct hs *h, uint32_t opt, uint32_t *type, uint8_t **data
 static int option_error(struct hs *h, const struct nbd_uri *u, uint32_t opt, uint32_t type,
                         const uint8_t *data, uint32_t len)
 {
-    const char *text = len ? (const char *)data : nbd_rep_name(type);
+    /* The server's text is printed escaped: it may hold control characters. */
+    CLEANUP_FREE char *text = str_escape(len ? (const char *)data : nbd_rep_name(type));
+
+    if (!text) {
+        return err_set(ENOMEM, "%s", h->where);
+    }
 
     h->refused = true;
     switch (type) {
@@ -473,6 +479,7 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned ti
         snprintf(where, sizeof where, "nbd://%s:%s", u->host, u->port);
         r = connect_tcp(u->host, u->port, &c->fd);
     }
+    snprintf(c->where, sizeof c->where, "%s", where);
     if (r == 0) {
         struct hs h = {.fd = c->fd,
                        .tls_creds = tls,

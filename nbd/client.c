@@ -2,10 +2,18 @@
  * requests on one connection; one reader thread reads every reply, puts
  * READ data straight into the waiting request's buffers and wakes it.
  * Cookies are slot numbers plus a generation, so a late or forged reply
- * can never complete the wrong request. */
+ * can never complete the wrong request.
+ *
+ * Nothing a server sends is trusted: a structured READ reply must cover
+ * each byte of the request exactly once (read-cover.c), so chunks outside
+ * the request, overlapping or repeated chunks and a reply that ends short
+ * are protocol violations, not buffer contents the caller would take for
+ * data.  Any violation fails every request in flight with EIO and a
+ * message naming the server and what it did, and ends the connection. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +23,7 @@
 #include "client.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "names.h"
@@ -62,18 +71,33 @@ static int recv_discard(struct nbd_client_conn *c, uint64_t len)
     return 0;
 }
 
-/* Fail every request in flight and refuse new ones. */
-static void conn_die(struct nbd_client_conn *c, const char *why)
+/* A protocol violation: the reason, for conn_die.  Returns -EPROTO. */
+static int protocol_error(struct nbd_client_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int protocol_error(struct nbd_client_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->proto_err, sizeof c->proto_err, fmt, ap);
+    va_end(ap);
+    return -EPROTO;
+}
+
+/* Fail every request in flight with err and refuse new ones. */
+static void conn_die(struct nbd_client_conn *c, int err, const char *why)
 {
     pthread_mutex_lock(&c->lock);
     if (!c->dead) {
         c->dead = true;
-        snprintf(c->dead_msg, sizeof c->dead_msg, "%s", why);
+        c->dead_err = err;
+        snprintf(c->dead_msg, sizeof c->dead_msg, "%s: %s", c->where, why);
     }
     for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
         struct nbd_client_slot *s = &c->slots[i];
         if (s->busy && !s->done) {
-            s->err = ECONNRESET;
+            s->err = c->dead_err;
             snprintf(s->msg, sizeof s->msg, "%s", c->dead_msg);
             s->done = true;
             pthread_cond_signal(&s->cond);
@@ -103,32 +127,65 @@ static void slot_complete(struct nbd_client_conn *c, struct nbd_client_slot *s)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Data for [off, off+len) of a READ: into the right part of its iovec. */
+/* Data for [off, off+len) of a READ, already checked to be inside it:
+ * received into the right part of its iovec, or zeroes for a hole. */
 static int read_into(struct nbd_client_conn *c, struct nbd_client_slot *s, uint64_t off,
                      uint64_t len, bool hole)
 {
-    if (s->type != NBD_CMD_READ || off < s->offset || off - s->offset > s->count ||
-        len > s->count - (off - s->offset)) {
-        return -EPROTO;
-    }
     uint64_t skip = off - s->offset;
+
     if (hole) {
         iov_memset(s->iov, s->iovcnt, skip, 0, len);
-    } else {
-        struct iovec sub[64];
-        int k = iov_slice(s->iov, s->iovcnt, skip, len, sub, 64);
-        if (k < 0) {
-            return -EINVAL;
-        }
-        for (int i = 0; i < k; i++) {
-            int r = recv_all(c, sub[i].iov_base, sub[i].iov_len);
-            if (r < 0) {
-                return r;
-            }
+        return 0;
+    }
+    struct iovec sub[64];
+    int k = iov_slice(s->iov, s->iovcnt, skip, len, sub, 64);
+    if (k < 0) {
+        return -EINVAL;
+    }
+    for (int i = 0; i < k; i++) {
+        int r = recv_all(c, sub[i].iov_base, sub[i].iov_len);
+        if (r < 0) {
+            return r;
         }
     }
-    s->covered += len;
     return 0;
+}
+
+/* An OFFSET_DATA or OFFSET_HOLE chunk: each byte of the request once. */
+static int read_offset_chunk(struct nbd_client_conn *c, struct nbd_client_slot *s, uint64_t off,
+                             uint64_t len, bool hole)
+{
+    const char *what = hole ? "NBD_REPLY_TYPE_OFFSET_HOLE" : "NBD_REPLY_TYPE_OFFSET_DATA";
+    int r;
+
+    if (s->type != NBD_CMD_READ) {
+        return protocol_error(c, "%s chunk in the reply to %s", what, nbd_cmd_name(s->type));
+    }
+    r = nbd_cover_add(&s->cover, off, len);
+    switch (r) {
+    case 0:
+        return read_into(c, s, off, len, hole);
+    case -EINVAL:
+        return protocol_error(c, "empty %s chunk at %" PRIu64, what, off);
+    case -ERANGE:
+        return protocol_error(c,
+                              "%s chunk %" PRIu64 "+%" PRIu64
+                              " outside the request NBD_CMD_READ %" PRIu64 "+%" PRIu32,
+                              what, off, len, s->offset, s->count);
+    case -EEXIST:
+        return protocol_error(c,
+                              "%s chunk %" PRIu64 "+%" PRIu64
+                              " overlaps data already received for NBD_CMD_READ %" PRIu64
+                              "+%" PRIu32,
+                              what, off, len, s->offset, s->count);
+    case -E2BIG:
+        return protocol_error(
+            c, "reply to NBD_CMD_READ %" PRIu64 "+%" PRIu32 " in more than %d scattered pieces",
+            s->offset, s->count, NBD_COVER_MAX_PIECES);
+    default:
+        return r;
+    }
 }
 
 static int read_error_chunk(struct nbd_client_conn *c, struct nbd_client_slot *s, uint32_t len,
@@ -164,10 +221,9 @@ static int read_error_chunk(struct nbd_client_conn *c, struct nbd_client_slot *s
                  : err == NBD_ENOTSUP   ? ENOTSUP
                  : err == NBD_ESHUTDOWN ? ESHUTDOWN
                                         : EINVAL;
-        /* Long messages keep their beginning. */
-        size_t keep = MIN((size_t)msglen, sizeof s->msg - 1);
-        memcpy(s->msg, msg, keep);
-        s->msg[keep] = '\0';
+        /* The server's text, escaped: it may hold control characters
+         * (long messages keep their beginning). */
+        str_escape_buf(s->msg, sizeof s->msg, msg);
     }
     return r;
 }
@@ -228,7 +284,7 @@ static int read_chunk(struct nbd_client_conn *c)
         }
         r = recv_all(c, &off, 8);
         if (r == 0) {
-            r = read_into(c, s, be64toh(off), len - 8, false);
+            r = read_offset_chunk(c, s, be64toh(off), len - 8, false);
         }
         break;
     }
@@ -239,7 +295,7 @@ static int read_chunk(struct nbd_client_conn *c)
         }
         r = recv_all(c, &hole, sizeof hole);
         if (r == 0) {
-            r = read_into(c, s, be64toh(hole.offset), be32toh(hole.length), true);
+            r = read_offset_chunk(c, s, be64toh(hole.offset), be32toh(hole.length), true);
         }
         break;
     }
@@ -261,8 +317,12 @@ static int read_chunk(struct nbd_client_conn *c)
         return r;
     }
     if (flags & NBD_REPLY_FLAG_DONE) {
-        if (!s->err && s->type == NBD_CMD_READ && s->covered < s->count) {
-            return -EPROTO; /* claimed success without all the data */
+        if (!s->err && s->type == NBD_CMD_READ && !nbd_cover_full(&s->cover)) {
+            /* claimed success without all the data */
+            return protocol_error(c,
+                                  "the reply to NBD_CMD_READ %" PRIu64 "+%" PRIu32
+                                  " ended after %" PRIu64 " bytes",
+                                  s->offset, s->count, s->cover.covered);
         }
         slot_complete(c, s);
     }
@@ -319,8 +379,14 @@ static void *reader_main(void *arg)
             break;
         }
     }
-    conn_die(c, r == -EPROTO ? "the NBD server sent an invalid reply"
-                             : "the connection to the NBD server was lost");
+    if (r == -EPROTO) {
+        char why[sizeof c->proto_err + 64];
+        snprintf(why, sizeof why, "the NBD server sent an invalid reply%s%s",
+                 c->proto_err[0] ? ": " : "", c->proto_err);
+        conn_die(c, EIO, why);
+    } else {
+        conn_die(c, ECONNRESET, "the connection to the NBD server was lost");
+    }
     return NULL;
 }
 
@@ -361,6 +427,7 @@ void nbd_client_close(struct nbd_client_conn *c)
     for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
         pthread_cond_destroy(&c->slots[i].cond);
         free(c->slots[i].extents);
+        nbd_cover_free(&c->slots[i].cover);
     }
     pthread_mutex_destroy(&c->send_lock);
     pthread_mutex_destroy(&c->lock);
@@ -432,8 +499,9 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
         pthread_cond_wait(&c->slot_free, &c->lock);
     }
     if (c->dead) {
+        int e = c->dead_err;
         pthread_mutex_unlock(&c->lock);
-        return err_setx(ECONNRESET, "%s", c->dead_msg);
+        return err_setx(e, "%s", c->dead_msg);
     }
     s = &c->slots[idx];
     s->busy = true;
@@ -444,7 +512,7 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
     s->count = count;
     s->iov = read_iov;
     s->iovcnt = read_cnt;
-    s->covered = 0;
+    nbd_cover_reset(&s->cover, offset, type == NBD_CMD_READ ? count : 0);
     s->err = 0;
     s->msg[0] = '\0';
     s->extents = NULL;

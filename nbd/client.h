@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "read-cover.h"
 #include "uri.h"
 
 #define NBD_CLIENT_SLOTS 64 /* requests in flight per connection */
@@ -38,9 +39,9 @@ struct nbd_client_slot {
     uint32_t count;
     const struct iovec *iov; /* READ destination */
     int iovcnt;
-    uint64_t covered; /* READ: bytes delivered so far */
-    int err;          /* errno, 0 = success */
-    char msg[256];
+    struct nbd_cover cover; /* READ: which bytes the reply covered so far */
+    int err;                /* errno, 0 = success */
+    char msg[1024];
     struct nbd_client_extent *extents; /* BLOCK_STATUS result (malloc'd) */
     uint32_t n_extents;
 };
@@ -58,7 +59,10 @@ struct nbd_client_conn {
     pthread_t reader;
     bool reader_running;
     bool dead;
-    char dead_msg[256];
+    int dead_err;        /* what requests fail with once dead: EIO for a violation */
+    char dead_msg[1024]; /* "WHERE: what happened" */
+    char proto_err[256]; /* reader thread: what the server did wrong */
+    char where[300];     /* the server, for messages ("nbd+unix socket PATH") */
     /* negotiated */
     bool structured;
     bool base_alloc; /* base:allocation negotiated, with this id */
