@@ -39,7 +39,34 @@ struct hs {
     const char *where; /* for messages */
     bool options;      /* in the option haggling (fixed newstyle) */
     bool refused;      /* the server refused an option: say goodbye */
+    /* Until the first byte arrives: how long to wait for the greeting,
+     * and how many connections this process already has to the server. */
+    uint64_t greeting_deadline;
+    unsigned ours;
+    unsigned timeout_s;
+    bool greeted;
 };
+
+/* No greeting: the server left us in its listen queue, which is what a
+ * server does that allows fewer clients than it has (qemu-nbd and diskimg
+ * serve take one unless started with -e). */
+static int hs_no_greeting(struct hs *h)
+{
+    if (h->ours) {
+        return err_setx(ETIMEDOUT,
+                        "%s: the NBD server sent no greeting: it takes no more clients, and "
+                        "this command already holds %u connection(s) to it (qemu-nbd and "
+                        "diskimg serve take one client unless started with -e N / "
+                        "--shared=N; give the server a higher -e to open several images or "
+                        "exports of it at once)",
+                        h->where, h->ours);
+    }
+    return err_setx(ETIMEDOUT,
+                    "%s: the NBD server accepted the connection but sent no greeting within "
+                    "%u s: it probably serves as many clients as it allows (qemu-nbd and "
+                    "diskimg serve take one unless started with -e N / --shared=N)",
+                    h->where, h->timeout_s);
+}
 
 static int hs_recv(struct hs *h, void *buf, size_t len)
 {
@@ -47,14 +74,18 @@ static int hs_recv(struct hs *h, void *buf, size_t len)
 
     while (len > 0) {
         uint64_t now = clock_ns();
-        if (now >= h->deadline) {
+        uint64_t deadline = h->greeted ? h->deadline : MIN(h->deadline, h->greeting_deadline);
+        if (now >= deadline) {
+            if (!h->greeted) {
+                return hs_no_greeting(h);
+            }
             return err_setx(ETIMEDOUT, "%s: the NBD server did not answer the handshake", h->where);
         }
         if (diskimg_interrupted) {
             return err_setx(EINTR, "%s: interrupted", h->where);
         }
         struct pollfd pfd = {.fd = h->fd, .events = POLLIN};
-        int wait_ms = (int)MIN((h->deadline - now) / 1000000 + 1, (uint64_t)POLL_SLICE_MS);
+        int wait_ms = (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)POLL_SLICE_MS);
         int r = h->tls && nbd_tls_pending(h->tls) ? 1 : poll(&pfd, 1, wait_ms);
         if (r < 0 && errno != EINTR) {
             return err_set(errno, "%s: poll", h->where);
@@ -81,6 +112,7 @@ static int hs_recv(struct hs *h, void *buf, size_t len)
         }
         p += n;
         len -= (size_t)n;
+        h->greeted = true;
     }
     return 0;
 }
@@ -484,7 +516,12 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned ti
         struct hs h = {.fd = c->fd,
                        .tls_creds = tls,
                        .deadline = clock_ns() + timeout_s * 1000000000ULL,
-                       .where = where};
+                       .where = where,
+                       .ours = nbd_client_peer_count(where),
+                       .timeout_s = timeout_s};
+        /* Waiting behind our own connection would never end. */
+        h.greeting_deadline =
+            h.ours ? clock_ns() + NBD_CLIENT_BUSY_TIMEOUT_S * 1000000000ULL : h.deadline;
         if (u->tls && !tls) {
             r = err_setx(EINVAL,
                          "%s: nbds:// needs TLS credentials (--tls-creds=DIR, "
@@ -512,6 +549,7 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned ti
         return r;
     }
     nbd_tls_set_deadline(c->tls, 0); /* the handshake is over */
+    nbd_client_peer_add(c);
     *out = c;
     return 0;
 }

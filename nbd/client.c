@@ -390,6 +390,52 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/*
+ * The servers this process holds connections to, by address.  A server
+ * that takes a limited number of clients (qemu-nbd and diskimg serve take
+ * one unless given -e) leaves a further connection in its listen queue
+ * without a word; when this process itself holds the connection that
+ * fills it (compare or convert between two exports of one server), the
+ * wait would never end, so the handshake gives up on the greeting early
+ * and says why (client-handshake.c).
+ */
+static pthread_mutex_t peers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nbd_client_conn *peers;
+
+unsigned nbd_client_peer_count(const char *where)
+{
+    unsigned n = 0;
+
+    pthread_mutex_lock(&peers_lock);
+    for (struct nbd_client_conn *p = peers; p; p = p->peer_next) {
+        n += strcmp(p->where, where) == 0;
+    }
+    pthread_mutex_unlock(&peers_lock);
+    return n;
+}
+
+void nbd_client_peer_add(struct nbd_client_conn *c)
+{
+    pthread_mutex_lock(&peers_lock);
+    c->peer_next = peers;
+    peers = c;
+    c->peer_listed = true;
+    pthread_mutex_unlock(&peers_lock);
+}
+
+static void peer_remove(struct nbd_client_conn *c)
+{
+    pthread_mutex_lock(&peers_lock);
+    for (struct nbd_client_conn **p = &peers; c->peer_listed && *p; p = &(*p)->peer_next) {
+        if (*p == c) {
+            *p = c->peer_next;
+            c->peer_listed = false;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&peers_lock);
+}
+
 int nbd_client_start(struct nbd_client_conn *c)
 {
     if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
@@ -407,6 +453,7 @@ void nbd_client_close(struct nbd_client_conn *c)
     if (!c) {
         return;
     }
+    peer_remove(c);
     if (c->reader_running) {
         /* A polite goodbye, then wait for the reader to see the end. */
         /* Through TLS when the session has it, then TLS's own goodbye. */

@@ -59,10 +59,12 @@ struct nbd_client_conn {
     pthread_t reader;
     bool reader_running;
     bool dead;
-    int dead_err;        /* what requests fail with once dead: EIO for a violation */
-    char dead_msg[1024]; /* "WHERE: what happened" */
-    char proto_err[256]; /* reader thread: what the server did wrong */
-    char where[300];     /* the server, for messages ("nbd+unix socket PATH") */
+    int dead_err;                      /* what requests fail with once dead: EIO for a violation */
+    char dead_msg[1024];               /* "WHERE: what happened" */
+    char proto_err[256];               /* reader thread: what the server did wrong */
+    char where[300];                   /* the server, for messages ("nbd+unix socket PATH") */
+    struct nbd_client_conn *peer_next; /* in client.c's list of open connections */
+    bool peer_listed;
     /* negotiated */
     bool structured;
     bool base_alloc; /* base:allocation negotiated, with this id */
@@ -81,12 +83,19 @@ struct nbd_client_export {
  * returns 0 or -errno with a message ("export 'x' not found", "the
  * server requires TLS"). */
 #define NBD_CLIENT_HANDSHAKE_TIMEOUT_S 30
+/* The greeting from a server this process already holds a connection to:
+ * no greeting by then means its client limit is reached, by us. */
+#define NBD_CLIENT_BUSY_TIMEOUT_S 3
 int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned timeout_s,
                        struct nbd_client_conn **out, struct nbd_client_export *exp);
 void nbd_client_close(struct nbd_client_conn *c);
 
 /* client.c */
 int nbd_client_start(struct nbd_client_conn *c);
+/* Open connections of this process to the server at where (the address
+ * as client-handshake.c names it), and adding one to the count. */
+unsigned nbd_client_peer_count(const char *where);
+void nbd_client_peer_add(struct nbd_client_conn *c);
 /* One request and its reply.  payload: WRITE data; read_iov: READ
  * destination; extents: BLOCK_STATUS result (caller frees). */
 int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,

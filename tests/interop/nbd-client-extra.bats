@@ -383,3 +383,59 @@ d = open(sys.argv[1], "rb").read(2 << 20)
 bad = [i for i in range(0, len(d), 8) if struct.unpack(">Q", d[i:i + 8])[0] != i]
 assert not bad, "first bad word at %d" % bad[0]' "$TEST_DIR/keep.raw"
 }
+
+# --- servers that take fewer clients than a command needs -----------------------
+
+@test "compare of two exports of a one-client server: fails within seconds, pointing at -e/--shared" {
+    require_tool qemu-nbd
+    make_ref
+    cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/a.raw"
+    cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/b.raw"
+    # diskimg serve and qemu-nbd take one client by default; compare
+    # holds its first connection while it opens the second
+    start_extra_server "$TEST_DIR/d.sock" -t --export=name=a,file="$TEST_DIR/a.raw" \
+        --export=name=b,file="$TEST_DIR/b.raw"
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -f raw "$TEST_DIR/a.raw"
+    local d="nbd+unix:///a?socket=$TEST_DIR/d.sock" d2="nbd+unix:///b?socket=$TEST_DIR/d.sock"
+    local q q2
+    q=$(unix_uri "$TEST_DIR/q.sock")
+    q2=$q
+    local pair
+    for pair in "$d $d2" "$q $q2"; do
+        # (the 30 s handshake timeout is not waited out: timeout 20)
+        run --separate-stderr timeout 20 "$DISKIMG" compare -f raw -F raw $pair
+        echo "compare $pair: exit $status: $stderr" >&2
+        [[ $status -ne 0 && $status -ne 1 && $status -ne 124 ]]
+        [[ "$stderr" == *"the NBD server sent no greeting: it takes no more clients, and this command already holds 1 connection(s) to it"* ]]
+        [[ "$stderr" == *"-e N / --shared=N"* ]]
+        [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    done
+    grep -q "client limit reached (-e/--shared=1): a new client waits" "$SERVER_LOG"
+    # with room for two clients the same compare works
+    start_extra_server "$TEST_DIR/d2.sock" -t -e 2 --export=name=a,file="$TEST_DIR/a.raw" \
+        --export=name=b,file="$TEST_DIR/b.raw"
+    run timeout 20 "$DISKIMG" compare -f raw -F raw "nbd+unix:///a?socket=$TEST_DIR/d2.sock" \
+        "nbd+unix:///b?socket=$TEST_DIR/d2.sock"
+    assert_success
+}
+
+@test "a one-client server whose slot another client holds: the handshake timeout names the likely cause" {
+    truncate -s 1M "$TEST_DIR/a.img"
+    start_server -t "$TEST_DIR/a.img"
+    # another process takes the only slot and keeps it
+    PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
+import sys, time
+import nbdraw as n
+c = n.connect(sys.argv[1])
+c.handshake()
+print("holding", flush=True)
+time.sleep(120)
+' "$SOCK" >"$TEST_DIR/holder.out" 2>&1 &
+    FAKE_PID=$!
+    wait_until 20 grep -q holding "$TEST_DIR/holder.out"
+    run --separate-stderr timeout 60 "$DISKIMG" info "$URI"
+    echo "exit $status: $stderr" >&2
+    [[ $status -eq 1 ]]
+    [[ "$stderr" == *"nbd+unix socket $SOCK: the NBD server accepted the connection but sent no greeting within 30 s: it probably serves as many clients as it allows (qemu-nbd and diskimg serve take one unless started with -e N / --shared=N)"* ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+}
