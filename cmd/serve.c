@@ -14,6 +14,7 @@
 #include "cmd.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/replace-file.h"
 #include "nbd/protocol.h"
 #include "serve.h"
 
@@ -91,18 +92,24 @@ static void serve_daemon_ready(int ready_fd)
     }
 }
 
+/* Through a fresh temporary file renamed over path, so that a link
+ * planted at path (a pid file often lives in a shared directory) is
+ * replaced, never followed (common/replace-file.h). */
 static int serve_write_pid_file(const char *path)
 {
-    FILE *f = fopen(path, "w");
+    struct replace_file rf;
+    int r = replace_file_open(&rf, path);
 
-    if (!f) {
-        return err_set(errno, "--pid-file %s", path);
+    if (r < 0) {
+        err_prefix("--pid-file");
+        return r;
     }
-    fprintf(f, "%ld\n", (long)getpid());
-    if (fclose(f) != 0) {
-        return err_set(errno, "--pid-file %s", path);
+    fprintf(rf.f, "%ld\n", (long)getpid());
+    r = replace_file_commit(&rf);
+    if (r < 0) {
+        err_prefix("--pid-file");
     }
-    return 0;
+    return r;
 }
 
 /* The connection cap must fit the open file limit (one descriptor per

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/replace-file.h"
 #include "common/util.h"
 #include "internal.h"
 #include "names.h"
@@ -92,30 +94,21 @@ static void stats_json(struct nbd_server *srv, FILE *f)
     json_finish(&w);
 }
 
-/* Write the JSON to a temporary file and rename it, so a reader never
- * sees half a document. */
+/* Write the JSON to a fresh temporary file and rename it over path
+ * (common/replace-file.h): a reader never sees half a document, and a
+ * link planted at path is replaced, not followed. */
 static void stats_write_file(struct nbd_server *srv, const char *path)
 {
-    size_t len = strlen(path) + 16;
-    char *tmp = malloc(len);
-    FILE *f;
+    struct replace_file rf;
 
-    if (!tmp) {
+    if (replace_file_open(&rf, path) < 0) {
+        log_error("--stats: %s", err_msg());
         return;
     }
-    snprintf(tmp, len, "%s.tmp%ld", path, (long)getpid());
-    f = fopen(tmp, "w");
-    if (!f) {
-        log_error("--stats: %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return;
+    stats_json(srv, rf.f);
+    if (replace_file_commit(&rf) < 0) {
+        log_error("--stats: %s", err_msg());
     }
-    stats_json(srv, f);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        log_error("--stats: %s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
 }
 
 void nbd_server_report_stats(struct nbd_server *srv)

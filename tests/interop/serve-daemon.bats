@@ -243,6 +243,44 @@ EOF
     [[ ! -e "$TEST_DIR/pid" ]]
 }
 
+@test "--pid-file and --stats replace a link planted at their name instead of writing through it" {
+    truncate -s 1M "$TEST_DIR/a.img"
+    echo precious >"$TEST_DIR/victim"
+    echo precious >"$TEST_DIR/victim2"
+    ln -s "$TEST_DIR/victim" "$TEST_DIR/pid"
+    ln -s "$TEST_DIR/victim2" "$TEST_DIR/stats.json"
+    # and a dangling one: it must not create its target
+    ln -s "$TEST_DIR/created-through-link" "$TEST_DIR/stats2.json"
+    start_server -t --pid-file="$TEST_DIR/pid" --stats="$TEST_DIR/stats.json" "$TEST_DIR/a.img"
+    [[ ! -L "$TEST_DIR/pid" && -f "$TEST_DIR/pid" ]]
+    [[ $(cat "$TEST_DIR/pid") -eq $SERVER_PID ]]
+    kill -USR1 "$SERVER_PID"
+    wait_until 20 test -f "$TEST_DIR/stats.json" -a ! -L "$TEST_DIR/stats.json"
+    stats_get "$TEST_DIR/stats.json" 'd["connections"]'
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    [[ $(cat "$TEST_DIR/victim") == precious && $(cat "$TEST_DIR/victim2") == precious ]]
+    [[ ! -e "$TEST_DIR/pid" ]]
+
+    start_server -t --stats="$TEST_DIR/stats2.json" "$TEST_DIR/a.img"
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    [[ ! -e "$TEST_DIR/created-through-link" ]]
+    [[ ! -L "$TEST_DIR/stats2.json" && -f "$TEST_DIR/stats2.json" ]]
+    # no temporary file is left behind
+    [[ -z $(find "$TEST_DIR" -name '*.tmp*') ]]
+}
+
+@test "--pid-file in a directory that does not exist: exit 1, one line naming it" {
+    truncate -s 1M "$TEST_DIR/a.img"
+    run --separate-stderr "$DISKIMG" serve -k "$SOCK" --pid-file="$TEST_DIR/nodir/pid" \
+        "$TEST_DIR/a.img"
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ $stderr == *"--pid-file: $TEST_DIR/nodir/pid: cannot create"*"No such file or directory"* ]]
+    [[ ! -e "$SOCK" ]]
+}
+
 # --- client slots -------------------------------------------------------------
 
 @test "--max-connections=2: a third client waits in the backlog until one leaves, then is served" {
