@@ -6,16 +6,22 @@
  * bounds every wait, receives and sends alike, so neither a silent client
  * nor one that never reads our option replies can hold a slot.
  *
- * Sends never block in the kernel on a plain socket: they are tried
- * without waiting, and when the client's window is full they wait in
- * poll() for it to read, until the handshake deadline, or until the
- * connection is dropped (nbd_conn_drop: by server.c's watchdog, for the
- * idle timeout or at shutdown).  While a send waits, send_wait_since
- * says since when no byte went out, which is what the watchdog reads.
- * A TLS send blocks inside GnuTLS; it sets send_wait_since for its whole
+ * A send blocks in the kernel for at most NBD_SEND_SLICE_S at a time
+ * (SO_SNDTIMEO, set at accept), then looks at the connection's limits:
+ * the handshake deadline, and whether it is being dropped
+ * (nbd_conn_drop: by the watchdog in limits.c, for the idle timeout or at
+ * shutdown; its shutdown() wakes a blocked send at once too).  So a client
+ * that never reads what we send holds a thread no longer than its limits
+ * allow, while a reply the client takes as fast as it can costs one
+ * sendmsg() as before (a non-blocking send polled in user space would
+ * cost two system calls more each time the socket buffer fills).  While
+ * a send waits, send_wait_since says since when no byte went out, which
+ * is what the watchdog reads.  A TLS send blocks inside GnuTLS (which
+ * retries after the timeout); it sets send_wait_since for its whole
  * duration, and the watchdog ends it by shutting the socket down. */
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -210,30 +216,21 @@ int nbd_conn_discard(struct nbd_conn *c, uint64_t len)
     return 0;
 }
 
-/* The client's window is full: wait until it takes more, the handshake
- * deadline passes, or the connection is dropped.  Wakes once a second to
- * look at the drop flag (a shutdown() from the watchdog wakes it at once
- * too). */
-static int nbd_conn_wait_writable(struct nbd_conn *c)
+/* A send made no progress for a slice: go on waiting, or give up. */
+static int nbd_conn_send_stalled(struct nbd_conn *c)
 {
-    for (;;) {
-        uint64_t now = clock_ns(), deadline = atomic_load(&c->deadline_ns);
-        if (atomic_load(&c->drop) != NBD_DROP_NONE) {
-            return -EPIPE;
-        }
-        if (deadline && now >= deadline) {
-            return -ETIMEDOUT;
-        }
-        int ms = deadline ? (int)MIN((deadline - now) / 1000000 + 1, (uint64_t)1000) : 1000;
-        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
-        int r = poll(&p, 1, ms);
-        if (r > 0) {
-            return 0; /* writable, or an error that sendmsg will report */
-        }
-        if (r < 0 && errno != EINTR) {
-            return -errno;
-        }
+    uint64_t deadline = atomic_load(&c->deadline_ns);
+
+    if (atomic_load(&c->send_wait_since) == 0) {
+        atomic_store(&c->send_wait_since, clock_ns());
     }
+    if (atomic_load(&c->drop) != NBD_DROP_NONE) {
+        return -EPIPE;
+    }
+    if (deadline && clock_ns() >= deadline) {
+        return -ETIMEDOUT;
+    }
+    return 0;
 }
 
 static int nbd_conn_send_tls(struct nbd_conn *c, struct iovec *iov, int iovcnt)
@@ -259,7 +256,8 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
             r = -EPIPE;
             break;
         }
-        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        bool keeps_reader = nbd_kept_read_side == c;
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | (keeps_reader ? MSG_DONTWAIT : 0));
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
@@ -268,13 +266,11 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
                 r = -errno;
                 break;
             }
-            if (nbd_kept_read_side == c) {
-                nbd_release_read_side(c); /* let others read while we wait */
+            if (keeps_reader) {
+                nbd_release_read_side(c); /* let others read, then wait */
+                continue;
             }
-            if (atomic_load(&c->send_wait_since) == 0) {
-                atomic_store(&c->send_wait_since, clock_ns());
-            }
-            r = nbd_conn_wait_writable(c);
+            r = nbd_conn_send_stalled(c); /* SO_SNDTIMEO passed without progress */
             if (r < 0) {
                 break;
             }

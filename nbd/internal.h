@@ -20,6 +20,7 @@ struct nbd_tls_session;
 
 #define NBD_MAX_LISTENERS 16
 #define NBD_RBUF_SIZE (64u << 10) /* receive buffer per connection */
+#define NBD_SEND_SLICE_S 1        /* a send blocks this long before it checks its limits */
 
 /* Metadata contexts an export offers, by index (ids on the wire are
  * index + 1): the two every export has, then one per exported bitmap. */

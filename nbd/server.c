@@ -245,6 +245,10 @@ static bool nbd_accept_one(struct nbd_server *srv, int lfd)
         return e != EMFILE && e != ENFILE && e != ENOMEM && e != ENOBUFS;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails harmlessly on unix */
+    /* A send to a client that does not read returns now and then to look
+     * at its limits (conn.c). */
+    struct timeval slice = {.tv_sec = NBD_SEND_SLICE_S};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &slice, sizeof slice);
     c = calloc(1, sizeof *c);
     if (!c || !(c->rbuf = malloc(NBD_RBUF_SIZE))) {
         log_error("no memory for a connection");
