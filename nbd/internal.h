@@ -63,8 +63,9 @@ struct nbd_server {
     struct nbd_export *exports;
     int listen_fd[NBD_MAX_LISTENERS];
     unsigned n_listen;
-    char *unix_path;  /* removed at exit */
-    int wake_pipe[2]; /* signal handlers and closing connections wake the accept loop */
+    char *unix_path;     /* removed at exit */
+    int wake_pipe[2];    /* signal handlers and closing connections wake the accept loop */
+    bool accept_failing; /* accept() failed and was logged (main thread only) */
 
     pthread_mutex_t lock; /* protects the fields below */
     pthread_cond_t conn_done;

@@ -241,9 +241,13 @@ static bool nbd_accept_one(struct nbd_server *srv, int lfd)
         if (e == EAGAIN || e == EINTR || e == ECONNABORTED) {
             return true;
         }
-        log_error("accept: %s", strerror(e));
+        if (!srv->accept_failing) { /* once, not every second it goes on */
+            log_error("accept: %s", strerror(e));
+        }
+        srv->accept_failing = true;
         return e != EMFILE && e != ENFILE && e != ENOMEM && e != ENOBUFS;
     }
+    srv->accept_failing = false;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails harmlessly on unix */
     /* A send to a client that does not read returns now and then to look
      * at its limits (conn.c). */

@@ -276,3 +276,36 @@ EOF2
     start_server -t -e 10 --connection-cap=2 "$TEST_DIR/a.img"
     grep -q "warning: -e/--shared=10 is above the connection cap: at most 2 clients at once" "$SERVER_LOG"
 }
+
+@test "an open file limit too low for the connection cap: the cap is lowered to fit, with a warning" {
+    require_tool prlimit
+    truncate -s 1M "$TEST_DIR/a.img"
+    # 80 descriptors, 64 kept for images, listeners and logs: 16 connections
+    prlimit --nofile=80:80 "$DISKIMG" serve -t -e 0 -k "$SOCK" "$TEST_DIR/a.img" \
+        2>>"$SERVER_LOG" &
+    SERVER_PID=$!
+    wait_for_server
+    grep -q "warning: the open file limit (80) allows 16 connections, not the 1024 of --connection-cap" "$SERVER_LOG"
+    run py "$SOCK" <<'EOF2'
+import socket, sys
+import nbdraw as n
+held = []
+for i in range(16):
+    c = n.connect(sys.argv[1])
+    c.handshake()
+    held.append(c)
+w = n.connect(sys.argv[1])
+w.sock.settimeout(1.5)
+try:
+    sys.exit("greeted beyond the lowered cap: %r" % w.sock.recv(18))
+except socket.timeout:
+    pass
+w.sock.settimeout(20)
+held.pop().close()
+w.handshake()
+assert w.read(0, 512).error == 0
+EOF2
+    assert_success
+    grep -q "connection cap reached: 16 connections" "$SERVER_LOG"
+    ! grep -q "accept: " "$SERVER_LOG"
+}
