@@ -72,6 +72,23 @@ start_staller() {
     }
 }
 
+# make_server_pki: a CA and a server certificate for localhost in
+# $TEST_DIR/pki, as --tls-creds wants them.
+make_server_pki() {
+    local pki=$TEST_DIR/pki
+    mkdir -p "$pki"
+    printf 'cn = test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$pki/ca.tmpl"
+    printf 'cn = localhost\ntls_www_server\nexpiration_days = 2\n' >"$pki/srv.tmpl"
+    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/ca-key.pem" 2>/dev/null
+    certtool --generate-self-signed --load-privkey "$pki/ca-key.pem" --template "$pki/ca.tmpl" \
+        --outfile "$pki/ca-cert.pem" 2>/dev/null
+    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/server-key.pem" 2>/dev/null
+    certtool --generate-certificate --load-privkey "$pki/server-key.pem" \
+        --load-ca-certificate "$pki/ca-cert.pem" --load-ca-privkey "$pki/ca-key.pem" \
+        --template "$pki/srv.tmpl" --outfile "$pki/server-cert.pem" 2>/dev/null
+    chmod 600 "$pki/server-key.pem"
+}
+
 # log_count_is N TEXT: the server log has N lines with TEXT.
 log_count_is() { [[ $(grep -c "$2" "$SERVER_LOG") -eq $1 ]]; }
 
@@ -134,18 +151,8 @@ EOF
 @test "--idle-timeout over TLS: a client that does not read replies is closed too" {
     require_tool certtool
     make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    make_server_pki
     local pki=$TEST_DIR/pki
-    mkdir -p "$pki"
-    printf 'cn = test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$pki/ca.tmpl"
-    printf 'cn = localhost\ntls_www_server\nexpiration_days = 2\n' >"$pki/srv.tmpl"
-    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/ca-key.pem" 2>/dev/null
-    certtool --generate-self-signed --load-privkey "$pki/ca-key.pem" --template "$pki/ca.tmpl" \
-        --outfile "$pki/ca-cert.pem" 2>/dev/null
-    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/server-key.pem" 2>/dev/null
-    certtool --generate-certificate --load-privkey "$pki/server-key.pem" \
-        --load-ca-certificate "$pki/ca-cert.pem" --load-ca-privkey "$pki/ca-key.pem" \
-        --template "$pki/srv.tmpl" --outfile "$pki/server-cert.pem" 2>/dev/null
-    chmod 600 "$pki/server-key.pem"
     start_server -t -e 0 --idle-timeout=1 --tls-creds="$pki" "$TEST_DIR/a.img"
     PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
 import sys, time
@@ -167,6 +174,37 @@ time.sleep(300)
     }
     wait_until 30 grep -q "has not read its replies for 1 s (--idle-timeout), closing" "$SERVER_LOG"
     assert server_alive
+}
+
+@test "-e 1: a TLS client that stalls inside a record after STARTTLS loses the slot at the handshake limit" {
+    require_tool certtool nbdinfo
+    truncate -s 1M "$TEST_DIR/a.img"
+    make_server_pki
+    start_server -t -e 1 --handshake-limit=2 --tls=on --tls-creds="$TEST_DIR/pki" \
+        "$TEST_DIR/a.img"
+    PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
+import os, socket, sys, time
+import nbdraw as n, nbdtls
+c = n.connect(sys.argv[1], timeout=60)
+raw = socket.socket(fileno=os.dup(c.sock.fileno()))
+c.greeting()
+c.send_client_flags()
+nbdtls.starttls(c, ca=sys.argv[2])
+# the header of an application data record of 64 bytes, and 3 of them
+raw.sendall(b"\x17\x03\x03\x00\x40abc")
+print("stalled", flush=True)
+time.sleep(300)
+' "$SOCK" "$TEST_DIR/pki/ca-cert.pem" >"$TEST_DIR/tls.out" 2>&1 &
+    STALL_PIDS+=("$!")
+    wait_until 30 grep -q stalled "$TEST_DIR/tls.out" || {
+        cat "$TEST_DIR/tls.out" >&2
+        return 1
+    }
+    # a plain client (--tls=on allows it) gets the slot once the staller is dropped
+    run timeout 60 nbdinfo --size "$URI"
+    assert_success
+    assert_output 1048576
+    grep -q "dropped during the handshake: time limit reached" "$SERVER_LOG"
 }
 
 @test "SIGTERM with a client that does not read its replies: exit 0 after the grace, acknowledged writes on disk" {
