@@ -10,8 +10,9 @@
  * shutdown wait (nbd_server_stop) every 200 ms.  It drops a connection
  * (nbd_conn_drop: shutdown() of the socket, which wakes any blocked send
  * or receive) when
- *   - its handshake outlived --handshake-limit (the connection's own
- *     receives and plain sends stop there too; this is the backstop);
+ *   - its handshake outlived --handshake-limit by 2 s (the connection's
+ *     own receives, plain sends and the TLS handshake stop at the limit
+ *     and say why; this is the backstop for what they cannot see);
  *   - a reply has been waiting for the client to read it for
  *     --idle-timeout seconds (a client that sends requests but never
  *     reads replies has requests in flight, so it never looks idle to the
@@ -31,6 +32,11 @@
 #include "internal.h"
 
 #define NS_PER_S UINT64_C(1000000000)
+/* The connection's own waits (poll, a send's time slice, GnuTLS's
+ * handshake timeout) end at the handshake deadline and say why; the
+ * watchdog steps in only after this much more, for what they cannot see
+ * (GnuTLS waiting inside a record). */
+#define DEADLINE_SLACK_NS (2 * NS_PER_S)
 /* Log "the cap is reached" at most this often. */
 #define CAP_LOG_INTERVAL_NS (60 * NS_PER_S)
 
@@ -157,7 +163,7 @@ void nbd_watchdog(struct nbd_server *srv)
         uint64_t since = atomic_load(&c->send_wait_since);
         uint64_t idle = atomic_load(&c->idle_ns);
 
-        if (deadline && now >= deadline) {
+        if (deadline && now >= deadline + DEADLINE_SLACK_NS) {
             watchdog_drop(c, NBD_DROP_DEADLINE, 0);
         } else if (since && idle && now - since >= idle) {
             watchdog_drop(c, NBD_DROP_IDLE, now - since);
