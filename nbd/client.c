@@ -546,9 +546,11 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
         pthread_cond_wait(&c->slot_free, &c->lock);
     }
     if (c->dead) {
+        /* The same words as for the requests that were in flight. */
         int e = c->dead_err;
+        err_setx(e, "NBD server: %s failed: %s: %s", nbd_cmd_name(type), strerror(e), c->dead_msg);
         pthread_mutex_unlock(&c->lock);
-        return err_setx(e, "%s", c->dead_msg);
+        return -e;
     }
     s = &c->slots[idx];
     s->busy = true;
