@@ -152,7 +152,9 @@ static int nbd_opt_export_name(struct nbd_conn *c, const char *name)
     int r;
 
     if (!exp) {
-        return err_setx(ENOENT, "NBD_OPT_EXPORT_NAME: export '%s' not found", name);
+        char esc[4 * NBD_MAX_STRING + 1]; /* a name the client chose */
+        return err_setx(ENOENT, "NBD_OPT_EXPORT_NAME: export '%s' not found",
+                        nbd_log_str(name, esc, sizeof esc));
     }
     reply.exportsize = htobe64(blk_image_size(exp->img));
     reply.eflags = htobe16(nbd_export_flags(c, exp));

@@ -144,7 +144,7 @@ static void nbd_conn_free(struct nbd_conn *c)
 }
 
 /* Why the handshake failed, for the log line. */
-static const char *nbd_handshake_failure(struct nbd_conn *c, int r, char *buf, size_t len)
+static const char *nbd_handshake_failure(struct nbd_conn *c, int r)
 {
     if (r == -ETIMEDOUT || atomic_load(&c->drop) == NBD_DROP_DEADLINE) {
         return "time limit reached";
@@ -152,8 +152,10 @@ static const char *nbd_handshake_failure(struct nbd_conn *c, int r, char *buf, s
     if (atomic_load(&c->drop) == NBD_DROP_SHUTDOWN) {
         return "the server is shutting down";
     }
-    /* The message may quote the client's export name. */
-    return nbd_log_str(err_msg_or(r), buf, len);
+    /* Error messages are safe to print: a client's string is escaped
+     * where it is quoted (nbd_opt_export_name), and common/error.c
+     * neutralises any control character that was not. */
+    return err_msg_or(r);
 }
 
 static void *nbd_conn_main(void *arg)
@@ -196,7 +198,7 @@ static void *nbd_conn_main(void *arg)
     } else {
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
         log_info("%s dropped during the handshake: %s", c->peer,
-                 nbd_handshake_failure(c, r, ebuf, sizeof ebuf));
+                 nbd_handshake_failure(c, r));
     }
     nbd_thread_release(srv); /* while srv is certainly alive */
     nbd_server_conn_finished(srv, c);
