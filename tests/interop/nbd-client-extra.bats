@@ -391,11 +391,14 @@ assert not bad, "first bad word at %d" % bad[0]' "$TEST_DIR/keep.raw"
     make_ref
     cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/a.raw"
     cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/b.raw"
+    # each server gets files of its own: a writable export locks its file
+    local f
+    for f in qa a2 b2; do cp --sparse=always "$TEST_DIR/ref.raw" "$TEST_DIR/$f.raw"; done
     # diskimg serve and qemu-nbd take one client by default; compare
     # holds its first connection while it opens the second
     start_extra_server "$TEST_DIR/d.sock" -t --export=name=a,file="$TEST_DIR/a.raw" \
         --export=name=b,file="$TEST_DIR/b.raw"
-    start_qemu_nbd "$TEST_DIR/q.sock" -t -f raw "$TEST_DIR/a.raw"
+    start_qemu_nbd "$TEST_DIR/q.sock" -t -f raw "$TEST_DIR/qa.raw"
     local d="nbd+unix:///a?socket=$TEST_DIR/d.sock" d2="nbd+unix:///b?socket=$TEST_DIR/d.sock"
     local q q2
     q=$(unix_uri "$TEST_DIR/q.sock")
@@ -412,8 +415,8 @@ assert not bad, "first bad word at %d" % bad[0]' "$TEST_DIR/keep.raw"
     done
     grep -q "client limit reached (-e/--shared=1): a new client waits" "$SERVER_LOG"
     # with room for two clients the same compare works
-    start_extra_server "$TEST_DIR/d2.sock" -t -e 2 --export=name=a,file="$TEST_DIR/a.raw" \
-        --export=name=b,file="$TEST_DIR/b.raw"
+    start_extra_server "$TEST_DIR/d2.sock" -t -e 2 --export=name=a,file="$TEST_DIR/a2.raw" \
+        --export=name=b,file="$TEST_DIR/b2.raw"
     run timeout 20 "$DISKIMG" compare -f raw -F raw "nbd+unix:///a?socket=$TEST_DIR/d2.sock" \
         "nbd+unix:///b?socket=$TEST_DIR/d2.sock"
     assert_success
