@@ -5,8 +5,8 @@
 # trip a sanitizer or allocate without bound, and when it refuses the image
 # it says why in a single "diskimg: ..." line.
 #
-# Each test walks the whole corpus and lists every image that misbehaved,
-# with the subcommand and the first lines of its stderr.  To reproduce,
+# Each test walks the whole corpus (hostile_walk.py) and lists every image
+# that misbehaved, with the subcommand and the first lines of its stderr.  To reproduce,
 # regenerate the corpus (make-hostile-corpus.py DIR) and run the same
 # subcommand on DIR/NAME.
 
@@ -63,74 +63,19 @@ fail_image() {
     fi
 }
 
-# no_crash IMG WHAT STATUS ERRFILE: status and stderr show neither a crash
-# (signal), a hang (timeout) nor a sanitizer report.
-no_crash() {
-    local img=$1 what=$2 st=$3 err=$4
-    if ((st == 124 || st == 137)); then
-        fail_image "$img" "$what: timed out after ${TIMEOUT}s (hang)" "$err"
-        return 1
-    fi
-    if ((st >= 128)); then
-        fail_image "$img" "$what: killed by signal $((st - 128))" "$err"
-        return 1
-    fi
-    if grep -qE 'Sanitizer|runtime error:|AddressSanitizer|LeakSanitizer' "$err"; then
-        fail_image "$img" "$what: sanitizer report (status $st)" "$err"
-        return 1
-    fi
-    return 0
-}
-
-# one_line_error IMG WHAT ERRFILE: stderr is exactly one "diskimg:" line.
-one_line_error() {
-    local img=$1 what=$2 err=$3
-    if [[ $(wc -l <"$err") -ne 1 ]] || ! head -n 1 "$err" | grep -q '^diskimg: .'; then
-        fail_image "$img" "$what: failed without a single 'diskimg:' line on stderr" "$err"
-        return 1
-    fi
-}
-
-# simple_cmd WHAT ARGS...: run "diskimg ARGS IMG" on every image; success,
-# or failure with a one-line error.  Successful stdouts are kept in
-# $TEST_DIR/out/ for json_valid.
-simple_cmd() {
-    local what=$1 img st
-    shift
-    mkdir -p "$TEST_DIR/out"
-    while read -r img; do
-        local out err=$TEST_DIR/err
-        out=$TEST_DIR/out/$(basename "$img").out
-        st=0
-        guarded "$DISKIMG" "$@" "$img" >"$out" 2>"$err" || st=$?
-        no_crash "$img" "$what" "$st" "$err" || continue
-        if ((st != 0)); then
-            rm -f "$out"
-            one_line_error "$img" "$what (status $st)" "$err" || continue
-        fi
-    done < <(images)
-}
-
-# json_valid: every kept stdout is one JSON document.
-json_valid() {
-    "$PYTHON3" - "$TEST_DIR/out" "$FAILURES" <<'EOF'
-import json, os, sys
-d, failures = sys.argv[1], sys.argv[2]
-with open(failures, "a") as f:
-    for name in sorted(os.listdir(d)):
-        try:
-            json.load(open(os.path.join(d, name)))
-        except ValueError as e:
-            f.write("%s: stdout is not valid JSON: %s\n" % (name[:-4], e))
-EOF
-}
-
 report_failures() {
     if [[ -s $FAILURES ]]; then
         echo "corpus: $CORPUS (regenerate with tests/fuzz/make-hostile-corpus.py DIR)"
         cat "$FAILURES"
         return 1
     fi
+}
+
+# walk MODE: hostile_walk.py runs one subcommand on every image (a few at a
+# time, each under the same limits as guarded) and lists the images that
+# crashed, hung, tripped a sanitizer or failed without a one-line error.
+walk() {
+    HOSTILE_TIMEOUT=$TIMEOUT "$PYTHON3" "$BATS_TEST_DIRNAME/hostile_walk.py" "$1" "$CORPUS" "$TEST_DIR"
 }
 
 @test "hostile images: the corpus has one image per field class" {
@@ -174,144 +119,40 @@ report_failures() {
 }
 
 @test "hostile images: info" {
-    simple_cmd info info
-    report_failures
+    walk info
 }
 
 @test "hostile images: info --output=json (valid JSON when it succeeds)" {
-    simple_cmd "info --output=json" info --output=json
-    json_valid
-    report_failures
+    walk info-json
 }
 
 @test "hostile images: info --backing-chain on the backing chains" {
-    local img st
-    for img in "$CORPUS"/chain-*.qcow2 "$CORPUS"/base-backing.qcow2; do
-        st=0
-        guarded "$DISKIMG" info --backing-chain "$img" >/dev/null 2>"$TEST_DIR/err" || st=$?
-        no_crash "$img" "info --backing-chain" "$st" "$TEST_DIR/err" || continue
-        if ((st != 0)); then
-            one_line_error "$img" "info --backing-chain (status $st)" "$TEST_DIR/err" || true
-        fi
-    done
-    report_failures
+    walk backing-chain
 }
 
 @test "hostile images: map --output=json (valid JSON when it succeeds)" {
-    simple_cmd "map --output=json" map --output=json
-    json_valid
-    report_failures
+    walk map-json
 }
 
-# check_one IMG WHAT ARGS...: check exits 0, 1, 2 or 3; a failure to open
-# (no summary on stdout) is one "diskimg:" line; the other stderr lines are
-# the report's ERROR/Leaked lines.  A probed check of an image that probes
-# as raw (bad magic, version 0 or 1) exits 63: then the qcow2 driver is
-# made to check it with -f qcow2.
-check_one() {
-    local img=$1 what=$2 st=0 err=$TEST_DIR/err out=$TEST_DIR/out.txt
-    shift 2
-    guarded "$DISKIMG" check "$@" "$img" >"$out" 2>"$err" || st=$?
-    no_crash "$img" "$what" "$st" "$err" || return 0
-    if ((st == 63)) && [[ " $* " != *" qcow2 "* ]] &&
-        "$DISKIMG" info --output=json "$img" 2>/dev/null | grep -q '"format": "raw"'; then
-        check_one "$img" "$what -f qcow2" -f qcow2 "$@"
-        return 0
-    fi
-    if ((st > 3)); then
-        fail_image "$img" "$what: exit status $st is not 0, 1, 2 or 3" "$err"
-        return 0
-    fi
-    if ((st != 0)) && [[ ! -s $out ]]; then
-        one_line_error "$img" "$what (status $st)" "$err" || true
-        return 0
-    fi
-    if grep -vqE '^(ERROR |Leaked cluster |Warning|Rebuilding refcount structure$|diskimg: )' "$err"; then
-        fail_image "$img" "$what: unexpected stderr line" "$err"
-    fi
-}
-
+# check exits 0, 1, 2 or 3; a failure to open (no summary on stdout) is
+# one "diskimg:" line; the other stderr lines are the report's ERROR/Leaked
+# lines.  An image that probes as raw (bad magic, version 0 or 1) is
+# checked again with -f qcow2.
 @test "hostile images: check" {
-    local img
-    while read -r img; do
-        check_one "$img" check
-    done < <(images)
-    report_failures
+    walk check
 }
 
 @test "hostile images: check -r all on a copy" {
-    local img copy=$TEST_DIR/copy.qcow2
-    while read -r img; do
-        cp "$img" "$copy"
-        check_one "$copy" "check -r all ($(basename "$img"))" -f qcow2 -r all
-    done < <(images)
-    report_failures
+    walk check-repair
 }
 
+# Served read-write from a copy, one read through qemu-io that must get an
+# answer (it may be an error), then a clean exit or a one-line refusal.
 @test "hostile images: serve, one read through NBD, clean exit" {
     require_tool qemu-io
-    local img copy=$TEST_DIR/serve.qcow2 sock=$TEST_DIR/s.sock log=$TEST_DIR/serve.log
-    local pid st i rst listened
-    while read -r img; do
-        local name
-        name=$(basename "$img")
-        # Served read-write (the default) from a copy in the corpus
-        # directory, so relative backing file names resolve; a copy because
-        # a hostile image may get its corrupt bit set.
-        copy=$CORPUS/serve-copy.qcow2.tmp
-        cp "$img" "$copy"
-        rm -f "$sock"
-        guarded "$DISKIMG" serve -k "$sock" "$copy" 2>"$log" &
-        pid=$!
-        for ((i = 0; i < 500; i++)); do
-            [[ -S $sock ]] && break
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.01
-        done
-        listened=0
-        if [[ -S $sock ]]; then
-            listened=1
-            # One read; it may fail (EIO on a corrupt table), but it must
-            # get an answer.
-            rst=0
-            timeout -k 5 "$TIMEOUT" qemu-io -f raw -r -c 'read 0 64k' \
-                "nbd+unix:///?socket=$sock" >"$TEST_DIR/read.out" 2>&1 || rst=$?
-            if ((rst >= 124)); then
-                fail_image "$name" "serve: the NBD read got no answer (qemu-io status $rst)" \
-                    "$TEST_DIR/read.out"
-            fi
-        fi
-        # Without --persistent the server exits after its client; a server
-        # that refused the image exits at once.
-        st=0
-        wait "$pid" || st=$?
-        sed -i "s|$copy|$name|g" "$log"
-        no_crash "$name" serve "$st" "$log" || continue
-        if ((!listened || st != 0)); then
-            if ((st == 0)); then
-                fail_image "$name" "serve: exited 0 without listening" "$log"
-            else
-                one_line_error "$name" "serve (status $st)" "$log" || true
-            fi
-        fi
-    done < <(images)
-    rm -f "$CORPUS/serve-copy.qcow2.tmp"
-    report_failures
+    walk serve
 }
 
 @test "hostile images: convert to raw" {
-    if ! "$DISKIMG" convert --help >/dev/null 2>&1; then
-        skip "diskimg has no convert subcommand yet"
-    fi
-    local img st out=$TEST_DIR/converted.raw err=$TEST_DIR/err
-    while read -r img; do
-        st=0
-        rm -f "$out"
-        guarded "$DISKIMG" convert -O raw "$img" "$out" >/dev/null 2>"$err" || st=$?
-        no_crash "$img" convert "$st" "$err" || continue
-        if ((st != 0)); then
-            one_line_error "$img" "convert (status $st)" "$err" || true
-        fi
-    done < <(images)
-    report_failures
+    walk convert
 }
