@@ -513,96 +513,6 @@ static int make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes)
     return r;
 }
 
-/* A backing file name: relative to the overlay's directory; protocols
- * ("json:", "nbd:") are not opened from an image's header. */
-static int backing_path(struct qcow2_state *s, char **out)
-{
-    const char *name = s->hdr.backing_file;
-    const char *colon = strchr(name, ':');
-    const char *slash = strchr(name, '/');
-
-    if (colon && (!slash || colon < slash)) {
-        CLEANUP_FREE char *esc = str_escape(name);
-        return err_setx(ENOTSUP,
-                        "qcow2: backing file '%s' names a protocol, which is not "
-                        "opened from an image header",
-                        esc ? esc : "?");
-    }
-    if (name[0] == '/' || !strchr(s->node->filename, '/')) {
-        /* absolute, or relative to an overlay in the current directory */
-        *out = strdup(name);
-    } else {
-        CLEANUP_FREE char *copy = strdup(s->node->filename);
-        if (!copy) {
-            return err_set(ENOMEM, "qcow2: backing path");
-        }
-        const char *dir = dirname(copy);
-        if (asprintf(out, "%s/%s", dir, name) < 0) {
-            *out = NULL;
-        }
-    }
-    return *out ? 0 : err_set(ENOMEM, "qcow2: backing path");
-}
-
-/* A chain that loops or is too deep fails at its bottom, and the message
- * names the file there; of the images above it only the top one adds its
- * name, or a deep chain would print every file in it. */
-static bool chain_error_below(int r, const struct blk_open_opts *opts)
-{
-    return r == -ELOOP && opts->depth > 0;
-}
-
-static int open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)
-{
-    CLEANUP_FREE char *path = NULL;
-    struct blk_chain me = {0};
-    struct stat st;
-    int r = backing_path(s, &path);
-
-    if (r < 0) {
-        return r;
-    }
-    if (stat(s->node->filename, &st) == 0) {
-        me.dev = st.st_dev;
-        me.ino = st.st_ino;
-    }
-    me.up = opts->chain;
-    struct blk_open_opts bo = {
-        .filename = path,
-        .read_only = true,
-        .direct = opts->direct,
-        .stream = opts->stream,
-        .aio = opts->aio,
-        .no_flush = opts->no_flush,
-        .depth = opts->depth + 1,
-        .chain = &me,
-        .force_share = opts->force_share,
-    };
-    blk_perm_for_backing(&opts->perms, &bo.perms);
-    r = blk_open_stack(&s->backing, &bo, "file", s->hdr.backing_format);
-    if (r < 0) {
-        if (!chain_error_below(r, opts)) {
-            CLEANUP_FREE char *esc = str_escape(s->node->filename);
-            err_prefix("qcow2: %s: backing file", esc ? esc : "?");
-        }
-        return r;
-    }
-    s->node->backing = s->backing;
-    return 0;
-}
-
-/* --untrusted: the image is opened alone, and a command that would read
- * through to the backing file says which file it refused to open. */
-static int refuse_backing(struct qcow2_state *s)
-{
-    CLEANUP_FREE char *esc = str_escape(s->hdr.backing_file);
-
-    return err_setx(EPERM,
-                    "qcow2: refusing to open backing file '%s' (--untrusted opens the image "
-                    "alone)",
-                    esc ? esc : "?");
-}
-
 static int open_read_write(struct qcow2_state *s, bool for_check)
 {
     uint64_t incompat = s->hdr.incompatible_features;
@@ -736,7 +646,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = qcow2_load_snapshot_l1(s, opts->snapshot);
     }
     if (r == 0 && s->hdr.backing_file && !opts->no_backing) {
-        r = opts->untrusted ? refuse_backing(s) : open_backing(s, opts);
+        r = opts->untrusted ? qcow2_refuse_backing(s) : qcow2_open_backing(s, opts);
     }
     if (r == 0 && !opts->read_only) {
         r = open_read_write(s, opts->for_check);
@@ -752,7 +662,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
 
 fail:;
     CLEANUP_FREE char *esc = str_escape(n->filename); /* a backing file's name is the image's */
-    if (esc && !strstr(err_msg(), esc) && !chain_error_below(r, opts)) {
+    if (esc && !strstr(err_msg(), esc) && !qcow2_chain_error_below(r, opts)) {
         err_prefix("%s", esc);
     }
     qcow2_free_state(s);
@@ -792,7 +702,7 @@ static int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
         if (h->backing_format) {
             info->backing_format = strdup(h->backing_format);
         }
-        if (backing_path(s, &info->full_backing_file) < 0) {
+        if (qcow2_backing_path(s, &info->full_backing_file) < 0) {
             info->full_backing_file = strdup(h->backing_file);
             err_clear();
         }

@@ -286,6 +286,16 @@ int qcow2_create_check(const struct blk_create_opts *o);
 /* Reading: used by the read path and by copy-on-write. */
 int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
 
+/* backing.c.  The backing file's path: relative to the overlay's
+ * directory; a protocol name ("json:", "nbd:") is refused. */
+int qcow2_backing_path(struct qcow2_state *s, char **out);
+/* A chain that loops or is too deep fails at its bottom, and only the
+ * top image adds its name to the message. */
+bool qcow2_chain_error_below(int r, const struct blk_open_opts *opts);
+int qcow2_open_backing(struct qcow2_state *s, const struct blk_open_opts *opts);
+/* --untrusted: the error that names the backing file not opened. */
+int qcow2_refuse_backing(struct qcow2_state *s);
+
 /* compress.c */
 int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *out);
 /* Compress one cluster into out (cap bytes); -ENOSPC when it does not
