@@ -154,6 +154,26 @@ EOF
     assert_still_raw
 }
 
+@test "a refused write reaches the client as EPERM and the server's log with the reason" {
+    require_tool qemu-img
+    qemu-img create -q -f qcow2 "$TEST_DIR/q.qcow2" 1M
+    start_server -t "$TEST_DIR/disk.img"
+    run py "$SOCK" "$TEST_DIR/q.qcow2" <<'EOF'
+import sys
+import nbdraw as n
+
+c = n.connect(sys.argv[1])
+c.handshake()
+r = c.write(0, open(sys.argv[2], "rb").read()[:512])
+assert r.error == n.EPERM, r
+c.disconnect()
+c.close()
+EOF
+    assert_success
+    grep -q "NBD_CMD_WRITE 0+512 failed with EPERM: .*disk.img: refusing a write that would make this probed raw image look like qcow2 (name the format raw explicitly to allow it)" "$SERVER_LOG"
+    assert_still_raw
+}
+
 @test "with -f raw the client may write any header" {
     require_tool qemu-img
     qemu-img create -q -f qcow2 "$TEST_DIR/q.qcow2" 1M
