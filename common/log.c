@@ -40,6 +40,14 @@ static void log_vline(int prio, bool named, const char *head, const char *fmt, v
     char msg[1024];
 
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* Peer and image strings are escaped where they are quoted; this
+     * catches any that were not, so no log line can be forged or carry
+     * terminal escapes (as err_neutralise does for error messages). */
+    for (char *p = msg; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
     if (use_syslog) {
         syslog(prio, "%s%s", head, msg);
     } else {

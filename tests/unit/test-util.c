@@ -1,7 +1,9 @@
 /* tests/unit/test-util.c: pure helpers in common/ and nbd/names.c. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/bufpool.h"
@@ -9,6 +11,7 @@
 #include "common/escape.h"
 #include "common/histogram.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "nbd/names.h"
 #include "nbd/protocol.h"
@@ -315,6 +318,32 @@ static void test_error_one_line(void)
     err_clear();
 }
 
+/* A log line is one line with no control character, whatever a caller
+ * quoted into it: what a peer sends cannot forge a line of its own. */
+static void test_log_one_line(void)
+{
+    char path[] = "/tmp/diskimg-test-log.XXXXXX";
+    char line[256] = "";
+    int fd = mkstemp(path);
+    int saved = dup(STDERR_FILENO);
+
+    CHECK(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, STDERR_FILENO);
+    log_msg(LOG_LEVEL_INFO, "export '%s' not found", "a\r\nforged: b\033[2J");
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    FILE *f = fdopen(fd, "r");
+    CHECK(f != NULL);
+    rewind(f);
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    CHECK(strcmp(line, "diskimg: export 'a??forged: b?[2J' not found\n") == 0);
+    CHECK(fgets(line, sizeof line, f) == NULL);
+    fclose(f);
+    unlink(path);
+}
+
 int main(void)
 {
     RUN(test_parse_size);
@@ -328,5 +357,6 @@ int main(void)
     RUN(test_escape);
     RUN(test_error_chain);
     RUN(test_error_one_line);
+    RUN(test_log_one_line);
     return check_exit();
 }
