@@ -413,8 +413,9 @@ static int negotiate_starttls(struct hs *h, bool fixed)
         r = recv_reply(h, NBD_OPT_STARTTLS, &type, &d, &len);
     }
     if (r == 0 && type != NBD_REP_ACK) {
+        CLEANUP_FREE char *why = len ? str_escape((char *)d) : NULL; /* the server's text */
         r = err_setx(EACCES, "%s: the NBD server does not offer TLS (%s%s%s)", h->where,
-                     nbd_rep_name(type), len ? ": " : "", len ? (char *)d : "");
+                     nbd_rep_name(type), why ? ": " : "", why ? why : "");
     }
     free(d);
     if (r == 0) {
