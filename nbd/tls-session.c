@@ -22,6 +22,8 @@
 #include "tls-internal.h"
 #include "tls.h"
 
+#define BYE_LIMIT_NS 1000000000ULL
+
 /* A client's Ctrl-C (diskimg_interrupted) ends a wait in the handshake,
  * as it does for plain sockets: checked between slices of this length. */
 #define SLICE_MS 200
@@ -370,6 +372,9 @@ void nbd_tls_bye(struct nbd_tls_session *s)
 {
     if (s && !s->bye_sent) {
         s->bye_sent = true;
+        /* close_notify is a courtesy: a peer that reads nothing must not
+         * hold the closing thread, so the send gets a second at most. */
+        s->deadline_ns = clock_ns() + BYE_LIMIT_NS;
         (void)gnutls_bye(s->s, GNUTLS_SHUT_WR);
     }
 }
