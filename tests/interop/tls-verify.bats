@@ -31,6 +31,8 @@ setup() {
 teardown() {
     local pid
     for pid in "${AUX_PIDS[@]}"; do
+        # a "py ... &" is a subshell: its python child goes too
+        pkill -KILL -P "$pid" 2>/dev/null || true
         kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
@@ -457,7 +459,8 @@ c.sendall(struct.pack(">QIII", n.REP_MAGIC, opt, n.REP_ACK, 0))
 c.recv(4096)                                    # the ClientHello
 c.sendall(b"\x16\x03\x03\x00\x40\x02\x00")      # 7 of 69 bytes of a ServerHello
 open(sys.argv[2], "w").close()
-time.sleep(60)
+c.settimeout(60)
+c.recv(1)                                       # until the client is gone
 PY
     AUX_PIDS+=("$!")
     wait_until 10 unix_listening "$TEST_DIR/stall.sock"
