@@ -11,6 +11,7 @@
 
 load '../helpers'
 load 'lib'
+load 'tls-lib'
 
 setup() {
     setup_test
@@ -70,23 +71,6 @@ start_staller() {
         cat "$out" >&2
         return 1
     }
-}
-
-# make_server_pki: a CA and a server certificate for localhost in
-# $TEST_DIR/pki, as --tls-creds wants them.
-make_server_pki() {
-    local pki=$TEST_DIR/pki
-    mkdir -p "$pki"
-    printf 'cn = test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$pki/ca.tmpl"
-    printf 'cn = localhost\ntls_www_server\nexpiration_days = 2\n' >"$pki/srv.tmpl"
-    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/ca-key.pem" 2>/dev/null
-    certtool --generate-self-signed --load-privkey "$pki/ca-key.pem" --template "$pki/ca.tmpl" \
-        --outfile "$pki/ca-cert.pem" 2>/dev/null
-    certtool --generate-privkey --key-type=ecdsa --outfile "$pki/server-key.pem" 2>/dev/null
-    certtool --generate-certificate --load-privkey "$pki/server-key.pem" \
-        --load-ca-certificate "$pki/ca-cert.pem" --load-ca-privkey "$pki/ca-key.pem" \
-        --template "$pki/srv.tmpl" --outfile "$pki/server-cert.pem" 2>/dev/null
-    chmod 600 "$pki/server-key.pem"
 }
 
 # log_count_is N TEXT: the server log has N lines with TEXT.
@@ -151,8 +135,8 @@ EOF
 @test "--idle-timeout over TLS: a client that does not read replies is closed too" {
     require_tool certtool
     make_pattern "$TEST_DIR/a.img" $((32 << 20))
-    make_server_pki
-    local pki=$TEST_DIR/pki
+    local pki=$TEST_DIR/pki/server
+    make_server_pki "$TEST_DIR/pki"
     # (the client presents no certificate: this is about stalling)
     start_server -t -e 0 --idle-timeout=1 --tls-creds="$pki" --tls-verify-peer=off "$TEST_DIR/a.img"
     PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
@@ -180,8 +164,8 @@ time.sleep(300)
 @test "-e 1: a TLS client that stalls inside a record after STARTTLS loses the slot at the handshake limit" {
     require_tool certtool nbdinfo
     truncate -s 1M "$TEST_DIR/a.img"
-    make_server_pki
-    start_server -t -e 1 --handshake-limit=2 --tls=on --tls-creds="$TEST_DIR/pki" \
+    make_server_pki "$TEST_DIR/pki"
+    start_server -t -e 1 --handshake-limit=2 --tls=on --tls-creds="$TEST_DIR/pki/server" \
         --tls-verify-peer=off "$TEST_DIR/a.img"
     PYTHONPATH=$BATS_TEST_DIRNAME "$PYTHON3" -c '
 import os, socket, sys, time
@@ -195,7 +179,7 @@ nbdtls.starttls(c, ca=sys.argv[2])
 raw.sendall(b"\x17\x03\x03\x00\x40abc")
 print("stalled", flush=True)
 time.sleep(300)
-' "$SOCK" "$TEST_DIR/pki/ca-cert.pem" >"$TEST_DIR/tls.out" 2>&1 &
+' "$SOCK" "$TEST_DIR/pki/server/ca-cert.pem" >"$TEST_DIR/tls.out" 2>&1 &
     STALL_PIDS+=("$!")
     wait_until 30 grep -q stalled "$TEST_DIR/tls.out" || {
         cat "$TEST_DIR/tls.out" >&2

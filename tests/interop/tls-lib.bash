@@ -1,6 +1,9 @@
 # tests/interop/tls-lib.bash: a PKI for the TLS suites, made with
 # certtool and psktool (load after ../helpers and lib).
 #
+# make_server_pki DIR makes only a CA and DIR/server (below), for tests
+# of something other than certificates.
+#
 # make_tls_pki DIR makes, with ECDSA keys (fast) of mode 600:
 #   DIR/gen/        the CAs' keys and every certificate (NAME-cert.pem,
 #                   NAME-key.pem), and crl.pem (our CA revokes "revoked")
@@ -71,41 +74,62 @@ tls_crl() {
         --outfile "$out"
 }
 
-make_tls_pki() {
-    local d=$1 client=(tls_www_client encryption_key signing_key 'expiration_days = 30')
+# tls_generate DIR STEPS...: run the certtool steps with keys of mode 600,
+# their output in DIR/gen/log, shown only when one fails.
+tls_generate() {
+    local d=$1
+    shift
     mkdir -p "$d/gen"
     (
         umask 077
         set -e
-        tls_self_sign "$d" ca "diskimg test CA"
-        tls_self_sign "$d" ca2 "some other CA"
-        tls_sign "$d" server ca 'organization = "diskimg tests"' 'cn = "localhost"' \
-            'dns_name = "localhost"' 'ip_address = "127.0.0.1"' tls_www_server encryption_key \
-            signing_key 'expiration_days = 30'
-        tls_sign "$d" client1 ca 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
-        tls_sign "$d" revoked1 ca 'organization = "diskimg tests"' 'cn = "revoked1"' "${client[@]}"
-        tls_sign "$d" foreign1 ca2 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
-        tls_sign "$d" expired1 ca 'organization = "diskimg tests"' 'cn = "expired1"' \
-            tls_www_client encryption_key signing_key 'activation_date = "2019-01-01 00:00:00"' \
-            'expiration_date = "2020-01-01 00:00:00"'
-        tls_crl "$d" ca "$d/gen/crl.pem" revoked1
-        tls_install "$d" server ca server server
-        tls_install "$d" server-crl ca server server
-        cp "$d/gen/crl.pem" "$d/server-crl/ca-crl.pem"
-        tls_install "$d" client ca client client1
-        tls_install "$d" revoked ca client revoked1
-        tls_install "$d" foreign ca client foreign1
-        tls_install "$d" expired ca client expired1
-        tls_install "$d" anon ca
-        tls_install "$d" other ca2
-        mkdir -p "$d/psk" "$d/psk-wrong" "$d/psk-mallory"
-        psktool -u alice -p "$d/psk/keys.psk"
-        psktool -u bob -p "$d/psk/keys.psk"
-        psktool -u alice -p "$d/psk-wrong/keys.psk"
-        psktool -u mallory -p "$d/psk-mallory/keys.psk"
+        "$@"
     ) >"$d/gen/log" 2>&1 || {
         cat "$d/gen/log" >&2
         return 1
     }
-    [[ -s $d/server-crl/ca-crl.pem && -s $d/foreign/client-cert.pem && -s $d/psk/keys.psk ]]
+}
+
+tls_server_steps() {
+    local d=$1
+    tls_self_sign "$d" ca "diskimg test CA"
+    tls_sign "$d" server ca 'organization = "diskimg tests"' 'cn = "localhost"' \
+        'dns_name = "localhost"' 'ip_address = "127.0.0.1"' tls_www_server encryption_key \
+        signing_key 'expiration_days = 30'
+    tls_install "$d" server ca server server
+}
+
+make_server_pki() {
+    tls_generate "$1" tls_server_steps "$1" && [[ -s $1/server/server-cert.pem ]]
+}
+
+tls_all_steps() {
+    local d=$1 client=(tls_www_client encryption_key signing_key 'expiration_days = 30')
+    tls_server_steps "$d"
+    tls_self_sign "$d" ca2 "some other CA"
+    tls_sign "$d" client1 ca 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
+    tls_sign "$d" revoked1 ca 'organization = "diskimg tests"' 'cn = "revoked1"' "${client[@]}"
+    tls_sign "$d" foreign1 ca2 'organization = "diskimg tests"' 'cn = "client1"' "${client[@]}"
+    tls_sign "$d" expired1 ca 'organization = "diskimg tests"' 'cn = "expired1"' \
+        tls_www_client encryption_key signing_key 'activation_date = "2019-01-01 00:00:00"' \
+        'expiration_date = "2020-01-01 00:00:00"'
+    tls_crl "$d" ca "$d/gen/crl.pem" revoked1
+    tls_install "$d" server-crl ca server server
+    cp "$d/gen/crl.pem" "$d/server-crl/ca-crl.pem"
+    tls_install "$d" client ca client client1
+    tls_install "$d" revoked ca client revoked1
+    tls_install "$d" foreign ca client foreign1
+    tls_install "$d" expired ca client expired1
+    tls_install "$d" anon ca
+    tls_install "$d" other ca2
+    mkdir -p "$d/psk" "$d/psk-wrong" "$d/psk-mallory"
+    psktool -u alice -p "$d/psk/keys.psk"
+    psktool -u bob -p "$d/psk/keys.psk"
+    psktool -u alice -p "$d/psk-wrong/keys.psk"
+    psktool -u mallory -p "$d/psk-mallory/keys.psk"
+}
+
+make_tls_pki() {
+    tls_generate "$1" tls_all_steps "$1" &&
+        [[ -s $1/server-crl/ca-crl.pem && -s $1/foreign/client-cert.pem && -s $1/psk/keys.psk ]]
 }
