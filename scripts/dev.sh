@@ -72,7 +72,7 @@ build_others() {
 
 # Every test runs in the gcc build; the other builds run the unit tests
 # and the suites tests/meson.build tags for them ("san": hostile input to
-# parsers, "compilers": image writers and error paths).  Running all of
+# parsers, "compilers": the qcow2 writer).  Running all of
 # them four times would take an hour on two cores for little more.
 run_tests() {
     export DISKIMG_TEST_STRICT=1
