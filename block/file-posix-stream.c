@@ -9,10 +9,14 @@
  * ago are cheap to reuse.  So a streaming file gives its pages back as it
  * goes, and the next reads and writes reuse them:
  *   - reads: data that was not cached is dropped (POSIX_FADV_DONTNEED)
- *     once read, in whole folios.  Data that was cached stays: a first read with
- *     RWF_NOWAIT tells, and the first one that finds data missing turns
- *     dropping on for the rest of the file (readahead fills the cache
- *     ahead of the reads, so later reads cannot tell any more);
+ *     once read, in whole folios.  Data that was cached stays.  Which it
+ *     is, is told at open, before the format probe's first read starts
+ *     readahead (up to read_ahead_kb, 8 MiB on some virtio disks): pages
+ *     sampled across the file with mincore.  Where mincore cannot tell
+ *     (a file the user may not write reads as all cached), the first
+ *     RWF_NOWAIT read that finds data missing turns dropping on for the
+ *     rest of the file (readahead fills the cache ahead of the reads, so
+ *     later reads cannot tell any more);
  *   - writes: writeback starts as soon as a write is done
  *     (sync_file_range), and STREAM_LAG writes later that write is waited
  *     for and dropped.  The final fdatasync has little left to do.
@@ -32,6 +36,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -49,6 +54,36 @@ void file_stream_init(struct file_stream *st, bool enabled)
     atomic_store(&st->drop_reads, false);
     st->head = st->count = 0;
     pthread_mutex_init(&st->lock, NULL);
+}
+
+/* Pages sampled to tell whether a file is in the page cache. */
+#define STREAM_COLD_SAMPLES 64
+
+void file_stream_check_cold(struct file_stream *st, int fd, uint64_t size)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned sampled = 0, resident = 0;
+
+    if (!st->enabled || page <= 0 || size < STREAM_MIN_IO) {
+        return;
+    }
+    uint64_t pages = size / (uint64_t)page;
+    for (unsigned i = 0; i < STREAM_COLD_SAMPLES && i < pages; i++) {
+        uint64_t off = pages * i / STREAM_COLD_SAMPLES * (uint64_t)page;
+        void *p = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, (off_t)off);
+        unsigned char in_core;
+        if (p == MAP_FAILED) {
+            return; /* no way to tell: the first read decides */
+        }
+        if (mincore(p, (size_t)page, &in_core) == 0) {
+            sampled++;
+            resident += in_core & 1;
+        }
+        munmap(p, (size_t)page);
+    }
+    if (sampled && resident * 2 < sampled) {
+        atomic_store(&st->drop_reads, true);
+    }
 }
 
 void file_stream_destroy(struct file_stream *st)

@@ -249,6 +249,9 @@ static int file_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (r == 0) {
         r = file_lock(n, opts);
     }
+    if (r == 0) {
+        file_stream_check_cold(&s->stream, s->fd, (uint64_t)atomic_load(&s->size));
+    }
     if (r < 0) {
         pthread_mutex_destroy(&s->big_write_lock);
         file_stream_destroy(&s->stream);

@@ -35,12 +35,15 @@ struct file_stream_range {
 };
 struct file_stream {
     bool enabled;
-    _Atomic bool drop_reads; /* a read found data missing from the cache */
+    _Atomic bool drop_reads; /* the file is read cold: drop what is read */
     pthread_mutex_t lock;
     struct file_stream_range ring[FILE_STREAM_LAG]; /* writes not dropped yet, oldest at head */
     unsigned head, count;                           /* under lock */
 };
 void file_stream_init(struct file_stream *st, bool enabled);
+/* Before the first read: a file mostly missing from the page cache is
+ * read cold, its pages dropped as they are read. */
+void file_stream_check_cold(struct file_stream *st, int fd, uint64_t size);
 void file_stream_destroy(struct file_stream *st);
 /* Read what the page cache holds of [off, off+len) without waiting for
  * the device: bytes read (0 when not streaming, or nothing was cached). */
