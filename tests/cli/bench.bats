@@ -229,7 +229,12 @@ EOF
     [[ $(jq .flushes "$TEST_DIR/out.json") -eq 8 ]]
     stop_server
     [[ $(server_stat "$TEST_DIR/stats.json" '.commands.NBD_CMD_WRITE.count') -eq 400 ]]
-    [[ $(server_stat "$TEST_DIR/stats.json" '.commands.NBD_CMD_FLUSH.count') -ge 8 ]]
+    # A flush that finds every completed write already covered by the one
+    # before it is shared, not sent (block/flush.c): with writes still in
+    # flight at a flush point, fewer than 8 may reach the server.
+    local flushes
+    flushes=$(server_stat "$TEST_DIR/stats.json" '.commands.NBD_CMD_FLUSH.count')
+    [[ $flushes -ge 1 && $flushes -le 8 ]]
     [[ $(server_stat "$TEST_DIR/stats.json" '."fua-requests"') -eq 0 ]]
 }
 
