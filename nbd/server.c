@@ -197,8 +197,7 @@ static void *nbd_conn_main(void *arg)
         log_debug("%s left during the handshake", c->peer);
     } else {
         atomic_fetch_add(&srv->stats.handshake_failures, 1);
-        log_info("%s dropped during the handshake: %s", c->peer,
-                 nbd_handshake_failure(c, r));
+        log_info("%s dropped during the handshake: %s", c->peer, nbd_handshake_failure(c, r));
     }
     nbd_thread_release(srv); /* while srv is certainly alive */
     nbd_server_conn_finished(srv, c);
