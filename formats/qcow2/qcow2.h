@@ -286,6 +286,9 @@ int qcow2_create_check(const struct blk_create_opts *o);
 /* Reading: used by the read path and by copy-on-write. */
 int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
 
+/* info.c: the driver's get_info. */
+int qcow2_get_info(struct blk_node *n, struct blk_image_info *info);
+
 /* backing.c.  The backing file's path: relative to the overlay's
  * directory; a protocol name ("json:", "nbd:") is refused. */
 int qcow2_backing_path(struct qcow2_state *s, char **out);
