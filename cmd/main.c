@@ -9,7 +9,6 @@
 #include "cmd.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "config.h"
 
 static const struct cmd *const commands[] = {
     &cmd_serve,  &cmd_create,  &cmd_info,    &cmd_check, &cmd_map,
