@@ -3,11 +3,12 @@
 #
 #   scripts/dev.sh demo    install what is missing, build, and serve a fresh
 #                          demo image on /tmp/diskimg.sock (Ctrl-C stops it)
-#   scripts/dev.sh test    install what is missing, build with warnings as
-#                          errors (gcc, gcc ASan+UBSan, gcc release,
-#                          clang), run every test with gcc and the unit
-#                          tests and tagged suites in the others
-#   scripts/dev.sh deps | build | build-san | build-others    the steps alone
+#   scripts/dev.sh test    install what is missing, run the checks, build
+#                          with warnings as errors (gcc, gcc ASan+UBSan,
+#                          gcc release, clang), run every test with gcc
+#                          and the unit tests and tagged suites in the others
+#   scripts/dev.sh deps | checks | build | build-san | build-others
+#                          the steps alone
 #
 # Debian 12; installing needs root (sudo is used when not root).
 set -euo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 # Everything the build, the tests and the benchmarks use.
 PACKAGES=(
-    meson ninja-build pkg-config gcc clang clang-format
+    meson ninja-build pkg-config gcc clang clang-format python3
     zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
@@ -47,6 +48,18 @@ configure() {
     else
         meson setup "$dir" -Dwerror=true "$@"
     fi
+}
+
+# Seconds, before any build, so that CI fails fast on them: every C file
+# as clang-format writes it, no #include across the layers, and the
+# commit messages after 902f98a (skipped in a shallow clone).  All three
+# run and report before the step fails.
+checks() {
+    local rc=0
+    scripts/check-format.sh || rc=1
+    scripts/check-layers.py || rc=1
+    scripts/check-commits.sh || rc=1
+    return $rc
 }
 
 build() {
@@ -98,10 +111,11 @@ demo() {
 
 case "${1:-}" in
     demo) install_deps; build; demo ;;
-    test) install_deps; build; build_san; build_others; run_tests ;;
+    test) install_deps; checks; build; build_san; build_others; run_tests ;;
     deps) install_deps ;;
+    checks) checks ;;
     build) build ;;
     build-san) build_san ;;
     build-others) build_others ;;
-    *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac
