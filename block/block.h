@@ -7,6 +7,7 @@
 #define DISKIMG_BLOCK_BLOCK_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -278,7 +279,7 @@ struct blk_copy_opts {
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
     /* Set (e.g. by a signal handler) to stop early with -EINTR. */
-    volatile int *cancel;
+    volatile sig_atomic_t *cancel;
 };
 
 /* Copy the whole of src into dst (dst at least as large). */

@@ -31,7 +31,7 @@
 #define DEFAULT_WORKERS 8
 /* Stopped by a signal: 128 + its number, as a shell reports it (130 for
  * SIGINT, 143 for SIGTERM). */
-static volatile int convert_cancel;
+static volatile sig_atomic_t convert_cancel;
 
 static void convert_usage(FILE *f)
 {
