@@ -42,8 +42,14 @@ extern const struct cmd cmd_bench;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prints err_msg() (or strerror(-r)) once, as "diskimg: message". */
+/* Prints the message the failing layer recorded, once, as "diskimg:
+ * message"; without one, strerror(-r), or "failed" when r is no errno.
+ * r is what the failing call returned: a made-up -1 would print
+ * "Operation not permitted". */
 void cmd_print_error(int r);
+/* The same, naming the operation when no message was recorded:
+ * "diskimg: WHAT: strerror(-r)" (or "diskimg: WHAT failed"). */
+void cmd_print_failure(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same for a failure to open an image; for a command that only reads
  * (reader), an image in use gets a hint at -U. */
 void cmd_print_open_error(int r, bool reader);

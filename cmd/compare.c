@@ -66,12 +66,13 @@ struct cmp {
 static int cmp_range(struct cmp *c, uint64_t off, uint64_t len, uint64_t *diff)
 {
     struct blk_extent ea, eb;
+    int r;
 
     *diff = UINT64_MAX;
     while (len > 0) {
-        if (blk_image_block_status(c->a, off, len, &ea) < 0 ||
-            blk_image_block_status(c->b, off, len, &eb) < 0) {
-            cmd_print_error(-1);
+        if ((r = blk_image_block_status(c->a, off, len, &ea)) < 0 ||
+            (r = blk_image_block_status(c->b, off, len, &eb)) < 0) {
+            cmd_print_failure(r, "block status at offset %" PRIu64, off);
             return EXIT_CMP_STATUS;
         }
         uint64_t n = MIN(MIN(ea.length, eb.length), (uint64_t)CMP_CHUNK);
@@ -84,9 +85,9 @@ static int cmp_range(struct cmp *c, uint64_t off, uint64_t len, uint64_t *diff)
             return EXIT_CMP_DIFFERENT;
         }
         if (!(za && zb)) {
-            if ((!za && blk_image_pread(c->a, off, c->ba, n) < 0) ||
-                (!zb && blk_image_pread(c->b, off, c->bb, n) < 0)) {
-                cmd_print_error(-1);
+            if ((!za && (r = blk_image_pread(c->a, off, c->ba, n)) < 0) ||
+                (!zb && (r = blk_image_pread(c->b, off, c->bb, n)) < 0)) {
+                cmd_print_failure(r, "reading at offset %" PRIu64, off);
                 return EXIT_CMP_READ;
             }
             const uint8_t *pa = za ? NULL : c->ba, *pb = zb ? NULL : c->bb;
@@ -112,14 +113,15 @@ static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t
     while (off < end) {
         struct blk_extent e;
         cmd_progress_update(&c->progress, off, c->total);
-        if (blk_image_block_status(img, off, end - off, &e) < 0) {
-            cmd_print_error(-1);
+        int r = blk_image_block_status(img, off, end - off, &e);
+        if (r < 0) {
+            cmd_print_failure(r, "block status at offset %" PRIu64, off);
             return EXIT_CMP_STATUS;
         }
         uint64_t n = MIN(e.length, (uint64_t)CMP_CHUNK);
         if (!(e.flags & BLK_EXT_ZERO)) {
-            if (blk_image_pread(img, off, c->ba, n) < 0) {
-                cmd_print_error(-1);
+            if ((r = blk_image_pread(img, off, c->ba, n)) < 0) {
+                cmd_print_failure(r, "reading at offset %" PRIu64, off);
                 return EXIT_CMP_READ;
             }
             for (uint64_t i = 0; i < n; i++) {

@@ -27,15 +27,50 @@ int cmd_usage_error(const char *sub, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* What a failure that no layer explained can truthfully say: strerror
+ * for a negative errno, and for anything else (0, a count) only that it
+ * failed.  A made-up -1 would pass for EPERM, so callers pass on what
+ * the failing call returned. */
+static const char *cmd_errno_text(int r)
+{
+    return r < 0 && r > -4096 ? strerror(-r) : NULL;
+}
+
+/* Each message is printed once: cleared after, so that a later failure
+ * that records none cannot print it again as its own. */
 void cmd_print_error(int r)
 {
-    fprintf(stderr, "diskimg: %s\n", err_msg_or(r));
+    const char *why = err_msg()[0] ? err_msg() : cmd_errno_text(r);
+
+    fprintf(stderr, "diskimg: %s\n", why ? why : "failed");
+    err_clear();
+}
+
+void cmd_print_failure(int r, const char *fmt, ...)
+{
+    const char *why = cmd_errno_text(r);
+    va_list ap;
+
+    if (err_msg()[0]) {
+        cmd_print_error(r);
+        return;
+    }
+    fputs("diskimg: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (why) {
+        fprintf(stderr, ": %s\n", why);
+    } else {
+        fputs(" failed\n", stderr);
+    }
 }
 
 void cmd_print_open_error(int r, bool reader)
 {
     if (r == -BLK_E_IN_USE && reader) {
         fprintf(stderr, "diskimg: %s; -U (--force-share) reads it anyway\n", err_msg_or(r));
+        err_clear();
         return;
     }
     cmd_print_error(r);

@@ -261,8 +261,12 @@ static int serve_close_exports(struct serve_opts *o, bool flush)
 
     for (unsigned i = 0; i < o->n_exports; i++) {
         struct serve_export *e = &o->exports[i];
-        if (e->opened && flush && !e->img.read_only && blk_image_flush(e->opened) < 0) {
-            cmd_print_error(-1);
+        if (!e->opened || !flush || e->img.read_only) {
+            continue;
+        }
+        int r = blk_image_flush(e->opened);
+        if (r < 0) {
+            cmd_print_failure(r, "flushing %s", e->img.filename);
             status = -1;
         }
     }
@@ -274,8 +278,9 @@ static int serve_free_exports(struct serve_opts *o)
     int status = 0;
 
     for (unsigned i = 0; i < o->n_exports; i++) {
-        if (o->exports[i].opened && blk_image_close(o->exports[i].opened) < 0) {
-            cmd_print_error(-1);
+        int r = blk_image_close(o->exports[i].opened);
+        if (r < 0) {
+            cmd_print_failure(r, "closing %s", o->exports[i].img.filename);
             status = -1;
         }
         o->exports[i].opened = NULL;
