@@ -1,9 +1,8 @@
 /* nbd/handshake-meta.c: NBD_OPT_LIST_META_CONTEXT and
- * NBD_OPT_SET_META_CONTEXT.  We offer "base:allocation" and, as qemu-nbd
- * does, "qemu:allocation-depth" and "qemu:dirty-bitmap:NAME" for each
- * bitmap the export was given; queries for namespaces or names we do not
- * know are ignored, as the spec requires.  The option was parsed and
- * checked by option.c. */
+ * NBD_OPT_SET_META_CONTEXT: the replies, and the selection a SET leaves
+ * on the connection.  The contexts an export offers are meta.c's table;
+ * queries for namespaces or names we do not know are ignored, as the spec
+ * requires.  The option was parsed and checked by option.c. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -11,29 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/bitmap.h"
 #include "handshake.h"
+#include "meta.h"
 #include "names.h"
 #include "option.h"
-
-unsigned nbd_meta_count(const struct nbd_export *e)
-{
-    return NBD_META_DIRTY_BITMAP + e->n_bitmaps;
-}
-
-const char *nbd_meta_name(const struct nbd_export *e, unsigned i, char *buf, size_t size)
-{
-    switch (i) {
-    case NBD_META_BASE_ALLOCATION:
-        return "base:allocation";
-    case NBD_META_ALLOCATION_DEPTH:
-        return "qemu:allocation-depth";
-    default:
-        snprintf(buf, size, "%s%s", NBD_DIRTY_BITMAP_PREFIX,
-                 e->bitmaps[i - NBD_META_DIRTY_BITMAP]->name);
-        return buf;
-    }
-}
 
 int nbd_opt_meta_context(struct nbd_conn *c, uint32_t opt, const struct nbd_opt_meta *req)
 {

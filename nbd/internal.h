@@ -12,6 +12,7 @@
 
 #include "common/escape.h"
 #include "common/histogram.h"
+#include "meta.h"
 #include "protocol.h"
 #include "server.h"
 
@@ -21,15 +22,6 @@ struct nbd_tls_session;
 #define NBD_MAX_LISTENERS 16
 #define NBD_RBUF_SIZE (64u << 10) /* receive buffer per connection */
 #define NBD_SEND_SLICE_S 1        /* a send blocks this long before it checks its limits */
-
-/* Metadata contexts an export offers, by index (ids on the wire are
- * index + 1): the two every export has, then one per exported bitmap. */
-enum nbd_meta_context {
-    NBD_META_BASE_ALLOCATION,  /* base:allocation: hole and zero flags */
-    NBD_META_ALLOCATION_DEPTH, /* qemu:allocation-depth: backing chain layer */
-    NBD_META_DIRTY_BITMAP,     /* qemu:dirty-bitmap:NAME, first of n_bitmaps */
-};
-#define NBD_META_MAX (NBD_META_DIRTY_BITMAP + NBD_MAX_BITMAPS)
 
 struct nbd_export {
     char *name;

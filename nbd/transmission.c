@@ -36,8 +36,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "handshake.h"
 #include "internal.h"
+#include "meta.h"
 #include "names.h"
 #include "request.h"
 
@@ -164,16 +164,6 @@ static bool extent_add(struct nbd_extent_list *l, uint32_t len, uint32_t flags)
     return true;
 }
 
-/* The value an allocation context reports for an extent. */
-static uint32_t meta_value(unsigned m, const struct blk_extent *ext)
-{
-    if (m == NBD_META_BASE_ALLOCATION) {
-        return ((ext->flags & BLK_EXT_DATA) ? 0 : NBD_STATE_HOLE) |
-               ((ext->flags & BLK_EXT_ZERO) ? NBD_STATE_ZERO : 0);
-    }
-    return ext->depth; /* NBD_META_ALLOCATION_DEPTH */
-}
-
 /* One walk of the image feeds every selected allocation context. */
 static int alloc_extents(struct blk_image *img, uint64_t pos, uint64_t end, bool one,
                          const unsigned *which, struct nbd_extent_list *lists, unsigned n)
@@ -186,8 +176,9 @@ static int alloc_extents(struct blk_image *img, uint64_t pos, uint64_t end, bool
             return r;
         }
         for (unsigned i = 0; i < n; i++) {
-            if (which[i] < NBD_META_DIRTY_BITMAP) {
-                full |= !extent_add(&lists[i], (uint32_t)ext.length, meta_value(which[i], &ext));
+            if (nbd_meta_is_allocation(which[i])) {
+                full |= !extent_add(&lists[i], (uint32_t)ext.length,
+                                    nbd_meta_alloc_value(which[i], &ext));
             }
         }
         if (full || one) {
@@ -231,7 +222,7 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
         if (c->meta_selected[m]) {
             which[n] = m;
             ids[n] = nbd_meta_id(m);
-            want_alloc |= m < NBD_META_DIRTY_BITMAP;
+            want_alloc |= nbd_meta_is_allocation(m);
             lists[n].cap = cap;
             lists[n].desc = malloc(sizeof *lists[n].desc * cap);
             if (!lists[n++].desc) {
@@ -243,9 +234,8 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
         r = alloc_extents(c->exp->img, req->offset, end, one, which, lists, n);
     }
     for (unsigned i = 0; r == 0 && i < n; i++) {
-        if (which[i] >= NBD_META_DIRTY_BITMAP) {
-            bitmap_extents(c->exp->bitmaps[which[i] - NBD_META_DIRTY_BITMAP], req->offset, end, one,
-                           &lists[i]);
+        if (!nbd_meta_is_allocation(which[i])) {
+            bitmap_extents(nbd_meta_bitmap(c->exp, which[i]), req->offset, end, one, &lists[i]);
         }
     }
     for (unsigned i = 0; r == 0 && i < n; i++) {
