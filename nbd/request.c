@@ -10,27 +10,12 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "names.h"
 #include "protocol.h"
 #include "request.h"
-
-static enum nbd_req_verdict refuse(struct nbd_req *req, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static enum nbd_req_verdict refuse(struct nbd_req *req, int err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(req->msg, sizeof req->msg, fmt, ap);
-    va_end(ap);
-    req->err = err;
-    return NBD_REQ_REFUSED;
-}
 
 uint16_t nbd_request_allowed_flags(const struct nbd_req_limits *lim, uint16_t type)
 {
@@ -56,44 +41,42 @@ static bool is_write(uint16_t type)
 }
 
 /* Everything but the range. */
-static enum nbd_req_verdict check_command(const struct nbd_req_limits *lim, struct nbd_req *req)
+static int check_command(const struct nbd_req_limits *lim, const struct nbd_req *req)
 {
     const char *name = nbd_cmd_name(req->type);
     uint16_t allowed;
 
     if (req->type >= NBD_CMD_COUNT || req->type == NBD_CMD_RESIZE) {
-        return refuse(req, EINVAL, "unknown command %u", req->type);
+        return err_setx(EINVAL, "unknown command %u", req->type);
     }
     allowed = nbd_request_allowed_flags(lim, req->type);
     if (req->flags & ~allowed) {
-        return refuse(req, EINVAL, "%s: flags 0x%x are not valid here", name,
-                      req->flags & ~allowed);
+        return err_setx(EINVAL, "%s: flags 0x%x are not valid here", name, req->flags & ~allowed);
     }
     if (is_write(req->type) && (lim->eflags & NBD_FLAG_READ_ONLY)) {
-        return refuse(req, EPERM, "%s: the export is read-only", name);
+        return err_setx(EPERM, "%s: the export is read-only", name);
     }
     if (req->type == NBD_CMD_BLOCK_STATUS) {
         if (!lim->structured || !lim->meta) {
-            return refuse(req, EINVAL, "%s: no metadata context was negotiated", name);
+            return err_setx(EINVAL, "%s: no metadata context was negotiated", name);
         }
         if (req->count == 0) {
-            return refuse(req, EINVAL, "%s: zero length", name);
+            return err_setx(EINVAL, "%s: zero length", name);
         }
     }
     if ((req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) &&
         req->count > lim->max_payload) {
-        return refuse(req, req->type == NBD_CMD_READ ? EOVERFLOW : EINVAL,
-                      "%s: %" PRIu32 " bytes exceed the maximum of %" PRIu32, name, req->count,
-                      lim->max_payload);
+        return err_setx(req->type == NBD_CMD_READ ? EOVERFLOW : EINVAL,
+                        "%s: %" PRIu32 " bytes exceed the maximum of %" PRIu32, name, req->count,
+                        lim->max_payload);
     }
-    return NBD_REQ_VALID;
+    return 0;
 }
 
-enum nbd_req_verdict nbd_request_decode(const void *hdr, const struct nbd_req_limits *lim,
-                                        struct nbd_req *req)
+int nbd_request_decode(const void *hdr, const struct nbd_req_limits *lim, struct nbd_req *req)
 {
     struct nbd_request h;
-    enum nbd_req_verdict v;
+    int r;
 
     memcpy(&h, hdr, sizeof h);
     memset(req, 0, sizeof *req);
@@ -103,24 +86,23 @@ enum nbd_req_verdict nbd_request_decode(const void *hdr, const struct nbd_req_li
     req->offset = be64toh(h.offset);
     req->count = be32toh(h.count);
     if (be32toh(h.magic) != NBD_REQUEST_MAGIC) {
-        snprintf(req->msg, sizeof req->msg, "bad request magic 0x%08" PRIx32, be32toh(h.magic));
-        return NBD_REQ_BAD_MAGIC;
+        return err_setx(EPROTO, "bad request magic 0x%08" PRIx32, be32toh(h.magic));
     }
     if (req->type == NBD_CMD_WRITE) {
         req->payload_len = req->count;
     }
-    v = check_command(lim, req);
-    if (v != NBD_REQ_VALID) {
-        return v;
+    r = check_command(lim, req);
+    if (r < 0) {
+        return r;
     }
     if (req->type == NBD_CMD_FLUSH || req->type == NBD_CMD_DISC) {
-        return NBD_REQ_VALID; /* offset and length are reserved */
+        return 0; /* offset and length are reserved */
     }
     if (req->offset > lim->export_size || req->count > lim->export_size - req->offset) {
         bool grows = req->type == NBD_CMD_WRITE || req->type == NBD_CMD_WRITE_ZEROES;
-        return refuse(req, grows ? ENOSPC : EINVAL,
-                      "%s: %" PRIu64 "+%" PRIu32 " is beyond the end of the export (%" PRIu64 ")",
-                      nbd_cmd_name(req->type), req->offset, req->count, lim->export_size);
+        return err_setx(grows ? ENOSPC : EINVAL,
+                        "%s: %" PRIu64 "+%" PRIu32 " is beyond the end of the export (%" PRIu64 ")",
+                        nbd_cmd_name(req->type), req->offset, req->count, lim->export_size);
     }
-    return NBD_REQ_VALID;
+    return 0;
 }

@@ -1,6 +1,7 @@
 /* nbd/request.h: decoding and checking one transmission-phase request
- * header.  Pure: no I/O, no globals, no allocation; transmission.c feeds
- * it the 28 bytes it received and what the handshake negotiated, and
+ * header.  Pure: no I/O, no allocation, no state but the thread's error
+ * message (common/error.h); transmission.c feeds it the 28 bytes it
+ * received and what the handshake negotiated, and
  * tests/unit/test-nbd-request.c and tests/fuzz/fuzz-nbd-request.c feed it
  * anything at all. */
 #ifndef DISKIMG_NBD_REQUEST_H
@@ -31,24 +32,20 @@ struct nbd_req {
      * count, also when the WRITE is refused (it must be read and dropped
      * to keep the stream in sync); 0 for every other command. */
     uint32_t payload_len;
-    /* Refused: the reply is this errno and msg, the request is not run. */
-    int err;
-    char msg[160];
-};
-
-enum nbd_req_verdict {
-    NBD_REQ_VALID,    /* run it */
-    NBD_REQ_REFUSED,  /* answer with req->err; drain payload_len bytes first */
-    NBD_REQ_BAD_MAGIC /* the stream is not NBD requests: end the connection */
 };
 
 /* Decode the header at hdr (NBD_REQUEST_HEADER_SIZE bytes, wire order)
  * into req and check it against lim: the command is known, its flags are
  * valid for it and advertised, writes go to a writable export, lengths
  * are within max_payload, the range is inside the export, and block
- * status has a context to report on. */
-enum nbd_req_verdict nbd_request_decode(const void *hdr, const struct nbd_req_limits *lim,
-                                        struct nbd_req *req);
+ * status has a context to report on.  Returns
+ *   0            valid: run it;
+ *   -EPROTO      a bad magic: the stream is not NBD requests, end the
+ *                connection;
+ *   other -errno refused (-EINVAL, -EPERM, -ENOSPC or -EOVERFLOW): drain
+ *                payload_len bytes, then answer with that error.
+ * Both failures record their message with err_setx(). */
+int nbd_request_decode(const void *hdr, const struct nbd_req_limits *lim, struct nbd_req *req);
 
 /* The command flags a client may set on command type under lim. */
 uint16_t nbd_request_allowed_flags(const struct nbd_req_limits *lim, uint16_t type);

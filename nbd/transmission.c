@@ -105,10 +105,13 @@ static bool nbd_any_meta(const struct nbd_conn *c)
     return false;
 }
 
-/* Reads one request and its payload.  Caller holds read_lock.
- * Returns 0, or <0 when the connection must end. */
+/* Reads one request and its payload.  Caller holds read_lock.  Returns
+ * <0 when the connection must end, else 0 with the stream in sync and in
+ * *verdict 0 (run the request) or the -errno to answer it with instead,
+ * its message recorded (common/error.h: it stays with this thread until
+ * the reply). */
 static int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload,
-                            uint64_t *start_ns)
+                            uint64_t *start_ns, int *verdict)
 {
     struct nbd_conn *c = w->c;
     uint8_t hdr[NBD_REQUEST_HEADER_SIZE];
@@ -122,27 +125,27 @@ static int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **pa
     int r = nbd_conn_recv(c, hdr, sizeof hdr);
 
     *payload = NULL;
+    *verdict = 0;
     if (r < 0) {
         return r;
     }
     *start_ns = clock_ns();
-    switch (nbd_request_decode(hdr, &lim, req)) {
-    case NBD_REQ_BAD_MAGIC:
-        log_error("%s, closing the connection", req->msg);
-        return -EPROTO;
-    case NBD_REQ_REFUSED:
+    r = nbd_request_decode(hdr, &lim, req);
+    if (r == -EPROTO) {
+        log_error("%s, closing the connection", err_msg());
+        return r;
+    }
+    if (r < 0) {
+        *verdict = r;
         return nbd_conn_discard(c, req->payload_len);
-    case NBD_REQ_VALID:
-        break;
     }
     if (req->payload_len == 0) {
         return 0;
     }
     *payload = worker_buf(w, req->payload_len);
     if (!*payload) {
-        req->err = ENOMEM;
-        snprintf(req->msg, sizeof req->msg, "%s: no memory for %" PRIu32 " bytes",
-                 nbd_cmd_name(req->type), req->payload_len);
+        *verdict = err_setx(ENOMEM, "%s: no memory for %" PRIu32 " bytes", nbd_cmd_name(req->type),
+                            req->payload_len);
         return nbd_conn_discard(c, req->payload_len);
     }
     return nbd_conn_recv(c, *payload, req->payload_len);
@@ -205,7 +208,7 @@ static void bitmap_extents(const struct blk_bitmap *bm, uint64_t pos, uint64_t e
     }
 }
 
-static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
+static int nbd_do_block_status(struct nbd_worker *w, const struct nbd_req *req)
 {
     struct nbd_conn *c = w->c;
     bool one = req->flags & NBD_CMD_FLAG_REQ_ONE;
@@ -247,10 +250,9 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
         r = err_setx(EIO, "block status returned nothing");
     }
     if (r == 0) {
-        r = nbd_reply_block_status(c, req->cookie, ids, lists, n);
-        if (r < 0) {
-            r = 1; /* reply failed: connection is gone, nothing more to send */
-        }
+        /* A reply that cannot be sent closes the connection (reply.c);
+         * the request itself succeeded. */
+        (void)nbd_reply_block_status(c, req->cookie, ids, lists, n);
     }
     for (unsigned i = 0; i < n; i++) {
         free(lists[i].desc);
@@ -258,9 +260,12 @@ static int nbd_do_block_status(struct nbd_worker *w, struct nbd_req *req)
     return r;
 }
 
-/* Runs a validated request.  Returns 0 when the reply was sent, 1 when
- * sending failed, <0 (an errno, message set) when an error reply is due. */
-static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payload)
+/* Runs a validated request and, when it succeeds, sends its reply.
+ * Returns 0 when it succeeded, whether or not the reply could be sent (a
+ * reply that cannot be sent closes the connection, reply.c: nothing more
+ * is owed), or -errno with the reason recorded when it failed and the
+ * caller owes the client an error reply. */
+static int nbd_run_request(struct nbd_worker *w, const struct nbd_req *req, void *payload)
 {
     struct nbd_conn *c = w->c;
     struct blk_image *img = c->exp->img;
@@ -277,8 +282,9 @@ static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payl
         if (r < 0) {
             return r;
         }
-        return nbd_reply_read(c, req->cookie, req->offset, buf, req->count,
-                              req->flags & NBD_CMD_FLAG_DF) < 0;
+        (void)nbd_reply_read(c, req->cookie, req->offset, buf, req->count,
+                             req->flags & NBD_CMD_FLAG_DF);
+        return 0;
     }
     case NBD_CMD_WRITE:
         r = blk_image_pwrite(img, req->offset, payload, req->count, fua);
@@ -311,7 +317,8 @@ static int nbd_run_request(struct nbd_worker *w, struct nbd_req *req, void *payl
     if (r < 0) {
         return r;
     }
-    return nbd_reply_simple(c, req->cookie, 0) < 0;
+    (void)nbd_reply_simple(c, req->cookie, 0);
+    return 0;
 }
 
 /* One line per failed request: the connection (its log context, and
@@ -348,16 +355,15 @@ static void nbd_log_failure(struct nbd_conn *c, const struct nbd_req *req, uint3
             req->count, nbd_err_name(wire), nbd_log_str(msg, text, sizeof text), more);
 }
 
-static void nbd_finish_request(struct nbd_worker *w, struct nbd_req *req, void *payload,
-                               uint64_t start_ns)
+/* Runs a request nbd_read_request let through (verdict 0) or answers
+ * the one it refused (verdict -errno, message recorded), and counts it. */
+static void nbd_finish_request(struct nbd_worker *w, const struct nbd_req *req, int verdict,
+                               void *payload, uint64_t start_ns)
 {
     struct nbd_conn *c = w->c;
-    int r;
+    int r = verdict;
 
-    if (req->err) {
-        r = -req->err;
-        err_setx(req->err, "%s", req->msg);
-    } else {
+    if (r == 0) {
         err_clear();
         r = nbd_run_request(w, req, payload);
     }
@@ -472,7 +478,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
         struct nbd_req req;
         void *payload = NULL;
         uint64_t start_ns = 0;
-        int r;
+        int verdict, r;
 
         if (!reading) {
             atomic_fetch_add(&c->waiting_readers, 1);
@@ -486,7 +492,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
             pthread_mutex_unlock(&c->read_lock);
             break;
         }
-        r = nbd_read_request(&w, &req, &payload, &start_ns);
+        r = nbd_read_request(&w, &req, &payload, &start_ns, &verdict);
         if (r < 0 || req.type == NBD_CMD_DISC) {
             if (r == -ETIMEDOUT) {
                 log_info("idle for %" PRIu64 " s, closing",
@@ -511,7 +517,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
         } else {
             nbd_kept_read_side = c;
         }
-        nbd_finish_request(&w, &req, payload, start_ns);
+        nbd_finish_request(&w, &req, verdict, payload, start_ns);
         reading = nbd_kept_read_side == c;
         nbd_kept_read_side = NULL;
         atomic_store(&c->last_active_ns, clock_ns());

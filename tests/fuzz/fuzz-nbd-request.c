@@ -7,9 +7,9 @@
  * Besides the sanitizers, the harness traps when a verdict breaks the
  * decoder's promises: a request called valid that the server must not
  * run (an unknown command, a flag not allowed, a write to a read-only
- * export, a range past the end, a payload over the maximum), a refusal
- * without an errno the spec allows or without a message, or a payload
- * length other than a WRITE's count.
+ * export, a range past the end, a payload over the maximum) or that
+ * leaves an error message, a refusal without an errno the spec allows or
+ * without a message, or a payload length other than a WRITE's count.
  *
  * Build and run: see tests/fuzz/README.md; tests/fuzz/replay.c replays
  * the committed corpus (tests/fuzz/corpus/nbd-request) in every build. */
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "nbd/protocol.h"
 #include "nbd/request.h"
 
@@ -26,11 +27,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define LIMITS_SIZE 15
 
-static void fail(const char *why, const struct nbd_req *req)
+static void fail(const char *why, const struct nbd_req *req, int r)
 {
-    fprintf(stderr, "fuzz-nbd-request: %s (type %u flags 0x%x offset %llu count %u err %d: %s)\n",
-            why, req->type, req->flags, (unsigned long long)req->offset, req->count, req->err,
-            req->msg);
+    fprintf(stderr, "fuzz-nbd-request: %s (type %u flags 0x%x offset %llu count %u: %d: %s)\n", why,
+            req->type, req->flags, (unsigned long long)req->offset, req->count, r, err_msg());
     __builtin_trap();
 }
 
@@ -40,40 +40,40 @@ static void check_valid(const struct nbd_req_limits *lim, const struct nbd_req *
                   req->type == NBD_CMD_WRITE_ZEROES;
 
     if (req->type >= NBD_CMD_COUNT || req->type == NBD_CMD_RESIZE) {
-        fail("unknown command accepted", req);
+        fail("unknown command accepted", req, 0);
     }
     if (req->flags & ~nbd_request_allowed_flags(lim, req->type)) {
-        fail("flag not allowed accepted", req);
+        fail("flag not allowed accepted", req, 0);
     }
     if ((req->flags & NBD_CMD_FLAG_DF) && !lim->structured) {
-        fail("DF accepted without structured replies", req);
+        fail("DF accepted without structured replies", req, 0);
     }
     if (writes && (lim->eflags & NBD_FLAG_READ_ONLY)) {
-        fail("write to a read-only export accepted", req);
+        fail("write to a read-only export accepted", req, 0);
     }
     if ((req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE) &&
         req->count > lim->max_payload) {
-        fail("payload over the maximum accepted", req);
+        fail("payload over the maximum accepted", req, 0);
     }
     if (req->type == NBD_CMD_BLOCK_STATUS && (!lim->meta || !lim->structured || !req->count)) {
-        fail("block status accepted without a context or length", req);
+        fail("block status accepted without a context or length", req, 0);
     }
     if (req->type != NBD_CMD_FLUSH && req->type != NBD_CMD_DISC &&
         (req->offset > lim->export_size || req->count > lim->export_size - req->offset)) {
-        fail("range past the end accepted", req);
+        fail("range past the end accepted", req, 0);
     }
-    if (req->msg[0] || req->err) {
-        fail("valid request with an error", req);
+    if (err_msg()[0]) {
+        fail("valid request with an error message", req, 0);
     }
 }
 
-static void check_refused(const struct nbd_req *req)
+static void check_refused(const struct nbd_req *req, int r)
 {
-    if (req->err != EINVAL && req->err != EPERM && req->err != ENOSPC && req->err != EOVERFLOW) {
-        fail("refused with an unexpected errno", req);
+    if (r != -EINVAL && r != -EPERM && r != -ENOSPC && r != -EOVERFLOW) {
+        fail("refused with an unexpected errno", req, r);
     }
-    if (!req->msg[0] || !memchr(req->msg, '\0', sizeof req->msg)) {
-        fail("refused without a message", req);
+    if (!err_msg()[0]) {
+        fail("refused without a message", req, r);
     }
 }
 
@@ -100,23 +100,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t pos = LIMITS_SIZE; pos + NBD_REQUEST_HEADER_SIZE <= size;
          pos += NBD_REQUEST_HEADER_SIZE) {
         struct nbd_req req;
-        enum nbd_req_verdict v = nbd_request_decode(data + pos, &lim, &req);
 
-        if (v == NBD_REQ_BAD_MAGIC) {
-            if (!req.msg[0]) {
-                fail("bad magic without a message", &req);
+        err_clear();
+        int r = nbd_request_decode(data + pos, &lim, &req);
+        if (r == -EPROTO) {
+            if (!strstr(err_msg(), "magic")) {
+                fail("bad magic without a message", &req, r);
             }
             break; /* the server ends the connection here */
         }
         if (req.payload_len != (req.type == NBD_CMD_WRITE ? req.count : 0)) {
-            fail("payload length is not a WRITE's count", &req);
+            fail("payload length is not a WRITE's count", &req, r);
         }
-        if (v == NBD_REQ_VALID) {
+        if (r == 0) {
             check_valid(&lim, &req);
-        } else if (v == NBD_REQ_REFUSED) {
-            check_refused(&req);
+        } else if (r < 0) {
+            check_refused(&req, r);
         } else {
-            fail("unknown verdict", &req);
+            fail("positive return", &req, r);
         }
     }
     return 0;
