@@ -14,7 +14,10 @@
  * that never reads what we send holds a thread no longer than its limits
  * allow, while a reply the client takes as fast as it can costs one
  * sendmsg() as before (a non-blocking send polled in user space would
- * cost two system calls more each time the socket buffer fills).  While
+ * cost two system calls more each time the socket buffer fills).
+ * nbd_conn_try_send never waits: it says -EAGAIN when the socket buffer
+ * is full, and its caller decides what to do before it waits (a worker
+ * that keeps the read side hands it over first, transmission.c).  While
  * a send waits, send_wait_since says since when no byte went out, which
  * is what the watchdog reads.  A TLS send blocks inside GnuTLS (which
  * retries after the timeout); it sets send_wait_since for its whole
@@ -243,6 +246,42 @@ static int nbd_conn_send_tls(struct nbd_conn *c, struct iovec *iov, int iovcnt)
     return r;
 }
 
+/* Move *iov and *iovcnt past n bytes that went out. */
+static void nbd_iov_advance(struct iovec **iov, int *iovcnt, size_t n)
+{
+    while (*iovcnt > 0 && n >= (*iov)->iov_len) {
+        n -= (*iov)->iov_len;
+        (*iov)++;
+        (*iovcnt)--;
+    }
+    if (*iovcnt > 0) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + n;
+        (*iov)->iov_len -= n;
+    }
+}
+
+int nbd_conn_try_send(struct nbd_conn *c, struct iovec **iov, int *iovcnt)
+{
+    if (c->tls) {
+        return -EAGAIN; /* GnuTLS cannot stop halfway through a record */
+    }
+    while (*iovcnt > 0) {
+        struct msghdr msg = {.msg_iov = *iov, .msg_iovlen = (size_t)*iovcnt};
+        if (atomic_load(&c->drop) != NBD_DROP_NONE) {
+            return -EPIPE;
+        }
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        }
+        nbd_iov_advance(iov, iovcnt, (size_t)n);
+    }
+    return 0;
+}
+
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
 {
     int r = 0;
@@ -256,8 +295,7 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
             r = -EPIPE;
             break;
         }
-        bool keeps_reader = nbd_kept_read_side == c;
-        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | (keeps_reader ? MSG_DONTWAIT : 0));
+        ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
@@ -265,10 +303,6 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 r = -errno;
                 break;
-            }
-            if (keeps_reader) {
-                nbd_release_read_side(c); /* let others read, then wait */
-                continue;
             }
             r = nbd_conn_send_stalled(c); /* SO_SNDTIMEO passed without progress */
             if (r < 0) {
@@ -279,15 +313,7 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt)
         if (n > 0 && atomic_load(&c->send_wait_since) != 0) {
             atomic_store(&c->send_wait_since, clock_ns()); /* progress */
         }
-        while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
-            n -= (ssize_t)iov->iov_len;
-            iov++;
-            iovcnt--;
-        }
-        if (iovcnt > 0) {
-            iov->iov_base = (char *)iov->iov_base + n;
-            iov->iov_len -= (size_t)n;
-        }
+        nbd_iov_advance(&iov, &iovcnt, (size_t)n);
     }
     atomic_store(&c->send_wait_since, 0);
     return r;

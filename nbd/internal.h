@@ -82,7 +82,8 @@ struct nbd_server {
 };
 
 /* One client connection.  Read side under read_lock, write side under
- * write_lock; a request is read, run and answered by one worker thread. */
+ * write_lock; a request is read, run and answered by one worker thread.
+ * transmission.c owns the locks and says in which order they are taken. */
 struct nbd_conn {
     struct nbd_server *srv;
     int fd;
@@ -153,36 +154,48 @@ bool nbd_conn_input_pending(struct nbd_conn *c);
 int nbd_conn_discard(struct nbd_conn *c, uint64_t len);
 /* Caller holds write_lock (or is in the handshake, which is single-threaded). */
 int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt);
+/* Send what the socket takes without waiting: 0 once all of it went out,
+ * -EAGAIN when the socket buffer is full (*iov and *iovcnt then describe
+ * the rest; always on TLS), or -errno.  Caller is the connection's only
+ * sender (transmission.c). */
+int nbd_conn_try_send(struct nbd_conn *c, struct iovec **iov, int *iovcnt);
 int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len);
 void nbd_conn_kill(struct nbd_conn *c);
 /* End the connection for a reason: sends and receives fail from now on
  * (blocked ones wake up).  Returns false if it was dropped already. */
 bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why);
 
-/* transmission.c: the connection whose read side this thread keeps while it
- * runs a request (see there), else NULL.  A send that would block releases
- * it first, so a client that reads replies late never stalls the reads. */
-extern _Thread_local struct nbd_conn *nbd_kept_read_side;
-void nbd_release_read_side(struct nbd_conn *c);
-
 /* handshake.c: returns 0 once in transmission phase, <0 to drop the client. */
 int nbd_handshake(struct nbd_conn *c);
 uint16_t nbd_export_flags(const struct nbd_conn *c, const struct nbd_export *exp);
 struct nbd_export *nbd_find_export(struct nbd_server *srv, const char *name);
 
+/* One worker thread of a connection in transmission (transmission.c). */
+struct nbd_worker {
+    struct nbd_conn *c;
+    /* Holds read_lock: it reads the next request, or runs the only
+     * request in flight (a short one, which it keeps the read side for). */
+    bool has_read_side;
+    void *buf; /* payloads and read data, kept between requests if small */
+    size_t cap;
+};
+
 /* transmission.c: the worker loop; returns when the connection is done. */
 void nbd_transmission(struct nbd_conn *c);
+/* Send one whole reply of w's request (iov is consumed), taking the locks
+ * it needs; a reply that cannot be sent ends the connection. */
+int nbd_worker_send(struct nbd_worker *w, struct iovec *iov, int iovcnt);
 
-/* reply.c (caller does not hold write_lock) */
-int nbd_reply_simple(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err);
-int nbd_reply_error(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err, const char *msg);
-int nbd_reply_read(struct nbd_conn *c, uint64_t cookie, uint64_t off, const void *buf, uint32_t len,
-                   bool df);
+/* reply.c: build a reply and send it with nbd_worker_send. */
+int nbd_reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err);
+int nbd_reply_error(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err, const char *msg);
+int nbd_reply_read(struct nbd_worker *w, uint64_t cookie, uint64_t off, const void *buf,
+                   uint32_t len, bool df);
 struct nbd_extent_list {
     struct nbd_block_descriptor *desc; /* big-endian, ready to send */
     uint32_t n, cap;
 };
-int nbd_reply_block_status(struct nbd_conn *c, uint64_t cookie, const uint32_t *ctx_ids,
+int nbd_reply_block_status(struct nbd_worker *w, uint64_t cookie, const uint32_t *ctx_ids,
                            struct nbd_extent_list *lists, unsigned nlists);
 
 /* stats.c */

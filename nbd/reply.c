@@ -1,7 +1,8 @@
 /* nbd/reply.c: simple and structured replies.
  *
- * Each reply is one sendmsg() under the connection's write lock, so replies
- * from concurrent workers never interleave and go out in completion order.
+ * Each reply is built whole and handed to nbd_worker_send (transmission.c,
+ * which owns the locks), so replies from concurrent workers never
+ * interleave and go out in completion order.
  * Structured READ replies describe all-zero runs as OFFSET_HOLE chunks:
  * holes (and zeroes written as data) cost the client no bandwidth, which
  * is what makes qemu-img convert and nbdcopy cheap on sparse images. */
@@ -20,31 +21,18 @@
 /* A reply never has more chunks than this; the rest is sent as data. */
 #define MAX_READ_CHUNKS 64
 
-static int nbd_send_locked(struct nbd_conn *c, struct iovec *iov, int iovcnt)
-{
-    int r;
-
-    pthread_mutex_lock(&c->write_lock);
-    r = nbd_conn_send(c, iov, iovcnt);
-    pthread_mutex_unlock(&c->write_lock);
-    if (r < 0) {
-        nbd_conn_kill(c); /* the client is gone: stop reading too */
-    }
-    return r;
-}
-
-int nbd_reply_simple(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err)
+int nbd_reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err)
 {
     struct nbd_simple_reply h = {htobe32(NBD_SIMPLE_REPLY_MAGIC), htobe32(nbd_err), cookie};
     struct iovec iov = {&h, sizeof h};
 
-    return nbd_send_locked(c, &iov, 1);
+    return nbd_worker_send(w, &iov, 1);
 }
 
-int nbd_reply_error(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err, const char *msg)
+int nbd_reply_error(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err, const char *msg)
 {
-    if (!c->structured) {
-        return nbd_reply_simple(c, cookie, nbd_err);
+    if (!w->c->structured) {
+        return nbd_reply_simple(w, cookie, nbd_err);
     }
     size_t mlen = MIN(strlen(msg), (size_t)NBD_MAX_STRING);
     struct nbd_structured_reply h = {
@@ -57,7 +45,7 @@ int nbd_reply_error(struct nbd_conn *c, uint64_t cookie, uint32_t nbd_err, const
     struct nbd_chunk_error e = {htobe32(nbd_err), htobe16((uint16_t)mlen)};
     struct iovec iov[3] = {{&h, sizeof h}, {&e, sizeof e}, {(void *)msg, mlen}};
 
-    return nbd_send_locked(c, iov, 3);
+    return nbd_worker_send(w, iov, 3);
 }
 
 /* Chunk headers for one structured READ reply. */
@@ -113,20 +101,20 @@ static uint32_t read_run(uint64_t off, const uint8_t *buf, uint32_t pos, uint32_
     return end - pos;
 }
 
-int nbd_reply_read(struct nbd_conn *c, uint64_t cookie, uint64_t off, const void *buf, uint32_t len,
-                   bool df)
+int nbd_reply_read(struct nbd_worker *w, uint64_t cookie, uint64_t off, const void *buf,
+                   uint32_t len, bool df)
 {
-    if (!c->structured) {
+    if (!w->c->structured) {
         struct nbd_simple_reply h = {htobe32(NBD_SIMPLE_REPLY_MAGIC), 0, cookie};
         struct iovec iov[2] = {{&h, sizeof h}, {(void *)buf, len}};
-        return nbd_send_locked(c, iov, len ? 2 : 1);
+        return nbd_worker_send(w, iov, len ? 2 : 1);
     }
     if (len == 0) {
         struct nbd_structured_reply h = {htobe32(NBD_STRUCTURED_REPLY_MAGIC),
                                          htobe16(NBD_REPLY_FLAG_DONE), htobe16(NBD_REPLY_TYPE_NONE),
                                          cookie, 0};
         struct iovec iov = {&h, sizeof h};
-        return nbd_send_locked(c, &iov, 1);
+        return nbd_worker_send(w, &iov, 1);
     }
 
     struct read_chunk chunks[MAX_READ_CHUNKS];
@@ -149,10 +137,10 @@ int nbd_reply_read(struct nbd_conn *c, uint64_t cookie, uint64_t off, const void
         pos += run;
     }
     chunks[n - 1].h.flags = htobe16(NBD_REPLY_FLAG_DONE);
-    return nbd_send_locked(c, iov, iovcnt);
+    return nbd_worker_send(w, iov, iovcnt);
 }
 
-int nbd_reply_block_status(struct nbd_conn *c, uint64_t cookie, const uint32_t *ctx_ids,
+int nbd_reply_block_status(struct nbd_worker *w, uint64_t cookie, const uint32_t *ctx_ids,
                            struct nbd_extent_list *lists, unsigned nlists)
 {
     struct {
@@ -175,5 +163,5 @@ int nbd_reply_block_status(struct nbd_conn *c, uint64_t cookie, const uint32_t *
         iov[iovcnt++] = (struct iovec){&hdr[i], sizeof hdr[i]};
         iov[iovcnt++] = (struct iovec){lists[i].desc, bytes};
     }
-    return nbd_send_locked(c, iov, iovcnt);
+    return nbd_worker_send(w, iov, iovcnt);
 }

@@ -15,9 +15,27 @@
  * next request itself.  A request that arrives meanwhile waits for that one
  * short request at most; other flushes, trims, zeroing and large transfers,
  * which may take long, always hand the read side over first, and so does a
- * reply that cannot be sent at once (nbd_conn_send), because a client that
- * pipelines writes may read replies only after it has sent them all.  TLS
- * connections always hand over: their sends cannot be tried without blocking.
+ * reply that cannot be sent at once (nbd_conn_try_send says -EAGAIN, and
+ * nbd_send_keeping_read_side hands over before it waits), because a
+ * client that pipelines writes may read replies only after it has sent
+ * them all.  TLS connections always hand over: their sends cannot be tried
+ * without blocking.
+ *
+ * This file owns the connection's locks.  In the order they are taken:
+ *   read_lock   the read side: held to read a request, and through the
+ *               short request it keeps the read side for;
+ *   write_lock  the write side: held while a reply goes out, so replies
+ *               never interleave (nbd_worker_send; the one exception, a
+ *               worker that keeps the read side and is the only sender, is
+ *               explained at nbd_send_keeping_read_side);
+ *   c->lock     the worker count (nthreads and the idle condition); under
+ *               it only nbd_thread_reserve, which is atomic (limits.c).
+ * No lock is taken while holding write_lock or c->lock.  A worker thread
+ * is created (nbd_maybe_spawn) holding read_lock and no other lock, so a
+ * reply never waits for a thread to start.  With at most read_lock held
+ * a request takes the block layer's locks, and srv->faillog_lock for a
+ * moment when it logs a failure (limits.c); srv->lock is never taken with
+ * a connection lock held.
  *
  * Every field is validated (request.c) before the block layer is touched;
  * an invalid write's payload is read and dropped so the stream stays in
@@ -47,12 +65,6 @@
 #define WORKER_BUF_KEEP (1u << 20)
 /* Descriptors per BLOCK_STATUS reply (the spec asks for at most 2^20). */
 #define MAX_EXTENTS (1u << 16)
-
-struct nbd_worker {
-    struct nbd_conn *c;
-    void *buf;
-    size_t cap;
-};
 
 static void worker_buf_release(struct nbd_worker *w)
 {
@@ -252,7 +264,7 @@ static int nbd_do_block_status(struct nbd_worker *w, const struct nbd_req *req)
     if (r == 0) {
         /* A reply that cannot be sent closes the connection (reply.c);
          * the request itself succeeded. */
-        (void)nbd_reply_block_status(c, req->cookie, ids, lists, n);
+        (void)nbd_reply_block_status(w, req->cookie, ids, lists, n);
     }
     for (unsigned i = 0; i < n; i++) {
         free(lists[i].desc);
@@ -282,7 +294,7 @@ static int nbd_run_request(struct nbd_worker *w, const struct nbd_req *req, void
         if (r < 0) {
             return r;
         }
-        (void)nbd_reply_read(c, req->cookie, req->offset, buf, req->count,
+        (void)nbd_reply_read(w, req->cookie, req->offset, buf, req->count,
                              req->flags & NBD_CMD_FLAG_DF);
         return 0;
     }
@@ -317,7 +329,7 @@ static int nbd_run_request(struct nbd_worker *w, const struct nbd_req *req, void
     if (r < 0) {
         return r;
     }
-    (void)nbd_reply_simple(c, req->cookie, 0);
+    (void)nbd_reply_simple(w, req->cookie, 0);
     return 0;
 }
 
@@ -376,7 +388,7 @@ static void nbd_finish_request(struct nbd_worker *w, const struct nbd_req *req, 
         uint32_t wire = nbd_errno_to_wire(e);
         const char *msg = err_msg_or(r);
         nbd_log_failure(c, req, wire, msg);
-        (void)nbd_reply_error(c, req->cookie, wire, msg);
+        (void)nbd_reply_error(w, req->cookie, wire, msg);
     }
     if (req->flags & NBD_CMD_FLAG_FUA) {
         atomic_fetch_add_explicit(&c->srv->stats.fua_requests, 1, memory_order_relaxed);
@@ -453,25 +465,62 @@ static bool nbd_req_is_short(const struct nbd_req *req, uint64_t unflushed)
     }
 }
 
-_Thread_local struct nbd_conn *nbd_kept_read_side;
-
-/* Caller holds read_lock: let another worker read the next request. */
-static void nbd_hand_over_read_side(struct nbd_conn *c)
+/* Caller holds read_lock: let another worker read the next request.
+ * Starting one (nbd_maybe_spawn) happens here, with no lock but
+ * read_lock held. */
+static void nbd_hand_over_read_side(struct nbd_worker *w)
 {
-    nbd_maybe_spawn(c);
-    pthread_mutex_unlock(&c->read_lock);
+    nbd_maybe_spawn(w->c);
+    w->has_read_side = false;
+    pthread_mutex_unlock(&w->c->read_lock);
 }
 
-void nbd_release_read_side(struct nbd_conn *c)
+/* A worker that kept the read side runs the only request in flight, and
+ * no other can be read before it lets go: it is the only sender, so it
+ * tries its reply without write_lock.  When the client does not take the
+ * reply at once, it may be sending more requests first (a client that
+ * pipelines writes may read replies only after it has sent them all), so
+ * the read side goes to another worker before this one waits.  write_lock
+ * is taken before read_lock goes, so the next reply waits for the rest of
+ * this one. */
+static int nbd_send_keeping_read_side(struct nbd_worker *w, struct iovec *iov, int iovcnt)
 {
-    nbd_kept_read_side = NULL;
-    nbd_hand_over_read_side(c);
+    struct nbd_conn *c = w->c;
+    int r = nbd_conn_try_send(c, &iov, &iovcnt);
+
+    if (r != -EAGAIN) {
+        return r;
+    }
+    nbd_maybe_spawn(c);
+    pthread_mutex_lock(&c->write_lock);
+    w->has_read_side = false;
+    pthread_mutex_unlock(&c->read_lock);
+    r = nbd_conn_send(c, iov, iovcnt);
+    pthread_mutex_unlock(&c->write_lock);
+    return r;
+}
+
+int nbd_worker_send(struct nbd_worker *w, struct iovec *iov, int iovcnt)
+{
+    struct nbd_conn *c = w->c;
+    int r;
+
+    if (w->has_read_side) {
+        r = nbd_send_keeping_read_side(w, iov, iovcnt);
+    } else {
+        pthread_mutex_lock(&c->write_lock);
+        r = nbd_conn_send(c, iov, iovcnt);
+        pthread_mutex_unlock(&c->write_lock);
+    }
+    if (r < 0) {
+        nbd_conn_kill(c); /* the client is gone: stop reading too */
+    }
+    return r;
 }
 
 static void nbd_worker_loop(struct nbd_conn *c)
 {
     struct nbd_worker w = {.c = c};
-    bool reading = false; /* this worker holds read_lock */
 
     log_set_context(c->log_ctx);
     for (;;) {
@@ -480,11 +529,11 @@ static void nbd_worker_loop(struct nbd_conn *c)
         uint64_t start_ns = 0;
         int verdict, r;
 
-        if (!reading) {
+        if (!w.has_read_side) {
             atomic_fetch_add(&c->waiting_readers, 1);
             pthread_mutex_lock(&c->read_lock);
             atomic_fetch_sub(&c->waiting_readers, 1);
-            reading = true;
+            w.has_read_side = true;
         }
         if (atomic_load(&c->dead) || atomic_load(&c->srv->stopping)) {
             /* Gone, or the server stops: no more requests, even buffered ones. */
@@ -513,13 +562,11 @@ static void nbd_worker_loop(struct nbd_conn *c)
         }
         bool is_short = nbd_req_is_short(&req, nbd_track_unflushed(c, &req));
         if (c->tls || !is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
-            nbd_hand_over_read_side(c);
-        } else {
-            nbd_kept_read_side = c;
+            nbd_hand_over_read_side(&w);
         }
+        /* Still has_read_side: it keeps it, and reads the next request
+         * itself unless its reply had to hand it over. */
         nbd_finish_request(&w, &req, verdict, payload, start_ns);
-        reading = nbd_kept_read_side == c;
-        nbd_kept_read_side = NULL;
         atomic_store(&c->last_active_ns, clock_ns());
         atomic_fetch_sub(&c->inflight, 1);
         worker_buf_trim(&w);
