@@ -17,7 +17,7 @@
  * cost two system calls more each time the socket buffer fills).
  * nbd_conn_try_send never waits: it says -EAGAIN when the socket buffer
  * is full, and its caller decides what to do before it waits (a worker
- * that keeps the read side hands it over first, transmission.c).  While
+ * that keeps the read side hands it over first, worker.c).  While
  * a send waits, send_wait_since says since when no byte went out, which
  * is what the watchdog reads.  A TLS send blocks inside GnuTLS (which
  * retries after the timeout); it sets send_wait_since for its whole

@@ -1,5 +1,5 @@
 /* nbd/internal.h: state shared by the server's files (server.c,
- * listen.c, conn.c, handshake.c, transmission.c, reply.c, stats.c). */
+ * listen.c, conn.c, handshake.c, transmission.c, worker.c, reply.c, stats.c). */
 #ifndef DISKIMG_NBD_INTERNAL_H
 #define DISKIMG_NBD_INTERNAL_H
 
@@ -30,7 +30,7 @@ struct nbd_export {
     struct blk_bitmap *bitmaps[NBD_MAX_BITMAPS]; /* owned */
     unsigned n_bitmaps;
     /* Bytes written since the last flush started: bounds what a flush has
-     * to write back, so transmission.c knows whether it is short. */
+     * to write back, so worker.c knows whether it is short. */
     _Atomic uint64_t unflushed_bytes;
     struct nbd_export *next;
 };
@@ -83,7 +83,7 @@ struct nbd_server {
 
 /* One client connection.  Read side under read_lock, write side under
  * write_lock; a request is read, run and answered by one worker thread.
- * transmission.c owns the locks and says in which order they are taken. */
+ * worker.c owns the locks and says in which order they are taken. */
 struct nbd_conn {
     struct nbd_server *srv;
     int fd;
@@ -157,7 +157,7 @@ int nbd_conn_send(struct nbd_conn *c, struct iovec *iov, int iovcnt);
 /* Send what the socket takes without waiting: 0 once all of it went out,
  * -EAGAIN when the socket buffer is full (*iov and *iovcnt then describe
  * the rest; always on TLS), or -errno.  Caller is the connection's only
- * sender (transmission.c). */
+ * sender (worker.c). */
 int nbd_conn_try_send(struct nbd_conn *c, struct iovec **iov, int *iovcnt);
 int nbd_conn_send_buf(struct nbd_conn *c, const void *buf, size_t len);
 void nbd_conn_kill(struct nbd_conn *c);
@@ -170,7 +170,7 @@ int nbd_handshake(struct nbd_conn *c);
 uint16_t nbd_export_flags(const struct nbd_conn *c, const struct nbd_export *exp);
 struct nbd_export *nbd_find_export(struct nbd_server *srv, const char *name);
 
-/* One worker thread of a connection in transmission (transmission.c). */
+/* One worker thread of a connection in transmission (worker.c). */
 struct nbd_worker {
     struct nbd_conn *c;
     /* Holds read_lock: it reads the next request, or runs the only
@@ -180,11 +180,25 @@ struct nbd_worker {
     size_t cap;
 };
 
-/* transmission.c: the worker loop; returns when the connection is done. */
+/* worker.c: the worker loop; returns when the connection is done. */
 void nbd_transmission(struct nbd_conn *c);
 /* Send one whole reply of w's request (iov is consumed), taking the locks
  * it needs; a reply that cannot be sent ends the connection. */
 int nbd_worker_send(struct nbd_worker *w, struct iovec *iov, int iovcnt);
+/* A buffer of at least len bytes, 4 KiB aligned, the worker's until the
+ * next call (or the end of the request, for large ones); NULL: no memory. */
+void *nbd_worker_buf(struct nbd_worker *w, size_t len);
+
+/* transmission.c, for the worker loop.  Read one request and its payload
+ * (caller holds read_lock).  Returns <0 when the connection must end,
+ * else 0 with the stream in sync and in *verdict 0 (run the request) or
+ * the -errno to answer it with instead, its message recorded. */
+struct nbd_req;
+int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload, uint64_t *start_ns,
+                     int *verdict);
+/* Run the request (verdict 0) or answer its refusal, and count it. */
+void nbd_finish_request(struct nbd_worker *w, const struct nbd_req *req, int verdict, void *payload,
+                        uint64_t start_ns);
 
 /* reply.c: build a reply and send it with nbd_worker_send. */
 int nbd_reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err);

@@ -1,6 +1,6 @@
 /* nbd/reply.c: simple and structured replies.
  *
- * Each reply is built whole and handed to nbd_worker_send (transmission.c,
+ * Each reply is built whole and handed to nbd_worker_send (worker.c,
  * which owns the locks), so replies from concurrent workers never
  * interleave and go out in completion order.
  * Structured READ replies describe all-zero runs as OFFSET_HOLE chunks:

@@ -1,7 +1,7 @@
 /* nbd/server.c: the server object, its exports and the accept loop.
  *
  * The main thread accepts; each connection gets a thread for its handshake,
- * which then becomes its first worker (transmission.c).  Signal handlers
+ * which then becomes its first worker (worker.c).  Signal handlers
  * only write a byte to wake_pipe; the accept loop does the work. */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
 #
 # The bound (plain builds; ASan's shadow memory and quarantine make RSS
 # meaningless, so there only the fd, thread and service checks apply).
-# Per connection the server holds, by design (nbd/conn.c, transmission.c):
+# Per connection the server holds, by design (nbd/conn.c, worker.c):
 #   - one receive buffer of 64 KiB (NBD_RBUF_SIZE);
 #   - up to --threads (16) worker threads, each with a request buffer of
 #     max(request, 64 KiB) -- 64 KiB for the 64 KiB requests used here,
