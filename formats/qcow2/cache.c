@@ -153,7 +153,8 @@ static int cache_write_entry(struct qcow2_cache *c, int i)
     if (!e->dirty) {
         return 0;
     }
-    if (qcow2_overlaps_metadata_other(c->s, e->offset, c->table_size, c->is_l2)) {
+    if (qcow2_overlaps_metadata_other(c->s, e->offset, c->table_size,
+                                      c->is_l2 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK)) {
         return qcow2_mark_corrupt_locked(
             c->s, "%s at 0x%" PRIx64 " overlaps other metadata; not writing it",
             c->is_l2 ? "L2 table" : "refcount block", e->offset);

@@ -1,9 +1,8 @@
 /* formats/qcow2/cluster.c: from guest offsets to host clusters.
  *
  * The L1 table is kept in memory; L2 tables are read and cached in
- * slices.  Every entry is validated where it is used, and the metadata
- * map (every host range that holds metadata) stops a hostile image from
- * making a guest write land on the header or a table. */
+ * slices.  Every entry is validated where it is used.  This file registers
+ * the L1 and L2 tables in the metadata map (overlap.c). */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -116,128 +115,50 @@ void qcow2_l2_set(const struct qcow2_state *s, uint64_t *slice, unsigned i, uint
     }
 }
 
-/* ---- metadata map ---- */
-
-static size_t meta_first_end_after(const struct qcow2_state *s, uint64_t off)
+/* The active L1 table: an owner's part of the metadata map (overlap.c). */
+int qcow2_add_l1_metadata_locked(struct qcow2_state *s)
 {
-    size_t lo = 0, hi = s->n_meta;
-
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->meta[mid].end <= off) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
+    if (s->l1_size == 0) {
+        return 0;
     }
-    return lo;
+    return qcow2_add_metadata_locked(
+        s, s->l1_offset, ROUND_UP((uint64_t)s->l1_size * 8, s->cluster_size), QCOW2_META_L1);
 }
 
-bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len)
+/* Every L2 table the active L1 table points at. */
+int qcow2_add_l2_metadata_locked(struct qcow2_state *s)
 {
-    size_t i = meta_first_end_after(s, off);
+    int r = 0;
 
-    return i < s->n_meta && s->meta[i].start < off + len;
-}
-
-bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
-                                   bool is_l2)
-{
-    enum qcow2_meta_kind own = is_l2 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK;
-
-    for (size_t i = meta_first_end_after(s, off); i < s->n_meta && s->meta[i].start < off + len;
-         i++) {
-        if (s->meta[i].kind != own) {
-            return true;
+    for (uint32_t i = 0; r == 0 && i < s->l1_size; i++) {
+        uint64_t off = s->l1[i] & L1E_OFFSET_MASK;
+        if (off) {
+            r = qcow2_add_metadata_locked(s, off, s->cluster_size, QCOW2_META_L2);
         }
     }
-    return false;
-}
-
-int qcow2_add_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len,
-                              enum qcow2_meta_kind kind)
-{
-    size_t i = meta_first_end_after(s, off);
-
-    if (i < s->n_meta && s->meta[i].start < off + len) {
-        return err_setx(EINVAL, "qcow2: metadata at 0x%" PRIx64 " overlaps metadata at 0x%" PRIx64,
-                        off, s->meta[i].start);
-    }
-    if (s->n_meta == s->cap_meta) {
-        size_t cap = s->cap_meta ? s->cap_meta * 2 : 64;
-        struct qcow2_range *m = realloc(s->meta, cap * sizeof *m);
-        if (!m) {
-            return err_set(ENOMEM, "qcow2: metadata map");
-        }
-        s->meta = m;
-        s->cap_meta = cap;
-    }
-    memmove(&s->meta[i + 1], &s->meta[i], (s->n_meta - i) * sizeof *s->meta);
-    s->meta[i] = (struct qcow2_range){off, off + len, kind};
-    s->n_meta++;
-    return 0;
-}
-
-void qcow2_remove_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len)
-{
-    size_t i = meta_first_end_after(s, off);
-
-    while (i < s->n_meta && s->meta[i].start < off + len) {
-        if (s->meta[i].start >= off && s->meta[i].end <= off + len) {
-            memmove(&s->meta[i], &s->meta[i + 1], (s->n_meta - i - 1) * sizeof *s->meta);
-            s->n_meta--;
-        } else {
-            i++;
-        }
-    }
+    return r;
 }
 
 int qcow2_build_metadata_map(struct qcow2_state *s)
 {
-    uint64_t cs = s->cluster_size;
-    int r;
+    int r = qcow2_reset_metadata_locked(s);
 
-    s->n_meta = 0;
-    r = qcow2_add_metadata_locked(s, 0, cs, QCOW2_META_HEADER);
-    if (r == 0 && s->l1_size) {
-        r = qcow2_add_metadata_locked(s, s->l1_offset, ROUND_UP((uint64_t)s->l1_size * 8, cs),
-                                      QCOW2_META_L1);
+    if (r == 0) {
+        r = qcow2_add_l1_metadata_locked(s);
     }
     if (r == 0) {
-        r = qcow2_add_metadata_locked(s, s->reftable_offset,
-                                      ROUND_UP((uint64_t)s->reftable_entries * 8, cs),
-                                      QCOW2_META_REFTABLE);
+        r = qcow2_add_refcount_metadata_locked(s);
     }
-    for (uint32_t i = 0; r == 0 && i < s->reftable_entries; i++) {
-        if (s->reftable[i]) {
-            r = qcow2_add_metadata_locked(s, s->reftable[i], cs, QCOW2_META_REFBLOCK);
-        }
+    if (r == 0) {
+        r = qcow2_add_l2_metadata_locked(s);
     }
-    for (uint32_t i = 0; r == 0 && i < s->l1_size; i++) {
-        uint64_t off = s->l1[i] & L1E_OFFSET_MASK;
-        if (off) {
-            r = qcow2_add_metadata_locked(s, off, cs, QCOW2_META_L2);
-        }
+    if (r == 0) {
+        r = qcow2_add_snapshot_metadata_locked(s);
     }
-    if (r == 0 && s->n_snapshots) {
-        r = qcow2_add_metadata_locked(s, s->hdr.snapshots_offset, ROUND_UP(s->snapshots_bytes, cs),
-                                      QCOW2_META_SNAPSHOTS);
-    }
-    for (uint32_t i = 0; r == 0 && i < s->n_snapshots; i++) {
-        const struct qcow2_snapshot *sn = &s->snapshots[i];
-        if (sn->l1_size && sn->l1_table_offset != s->l1_offset) {
-            r = qcow2_add_metadata_locked(s, sn->l1_table_offset,
-                                          ROUND_UP((uint64_t)sn->l1_size * 8, cs),
-                                          QCOW2_META_SNAPSHOT_L1);
-            if (r == -EINVAL) {
-                /* Snapshot L1 tables may share clusters with each other
-                 * only through refcounts, never overlap active metadata.
-                 * Named by index: a name may hold any byte, newlines too. */
-                return err_setx(EINVAL,
-                                "qcow2: the L1 table of snapshot %" PRIu32 " overlaps other "
-                                "metadata",
-                                i);
-            }
+    if (r == 0) {
+        r = qcow2_add_snapshot_l1_metadata_locked(s);
+        if (r == -EINVAL) {
+            return r; /* the message names the snapshot */
         }
     }
     if (r == 0) {

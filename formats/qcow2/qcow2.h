@@ -208,6 +208,8 @@ int qcow2_flush_caches_locked(struct qcow2_state *s);
 
 /* refcount.c */
 int qcow2_load_reftable(struct qcow2_state *s);
+/* The refcount table and blocks in the metadata map. */
+int qcow2_add_refcount_metadata_locked(struct qcow2_state *s);
 int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t *refcount);
 /* Add delta (+1/-1) to the refcount of every cluster in [offset, offset+bytes). */
 int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes, int delta);
@@ -219,6 +221,18 @@ int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t byt
 int qcow2_apply_pending_frees_locked(struct qcow2_state *s);
 /* Free an L2 entry's host storage (normal or compressed) later. */
 int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
+
+/* overlap.c: the metadata map.  Is any of [off, off+len) metadata (of a
+ * kind other than 'own', for writes of metadata itself)? */
+bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len);
+bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
+                                   enum qcow2_meta_kind own);
+/* Owners register their ranges, and drop them when they free them. */
+int qcow2_add_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len,
+                              enum qcow2_meta_kind kind);
+void qcow2_remove_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len);
+/* Empty the map but for the header (cluster 0). */
+int qcow2_reset_metadata_locked(struct qcow2_state *s);
 
 /* cluster.c */
 int qcow2_load_l1(struct qcow2_state *s);
@@ -235,14 +249,9 @@ uint64_t qcow2_l2_get(const struct qcow2_state *s, const uint64_t *slice, unsign
                       uint64_t *bitmap);
 void qcow2_l2_set(const struct qcow2_state *s, uint64_t *slice, unsigned i, uint64_t entry,
                   uint64_t bitmap);
-/* Metadata overlap: is any of [off, off+len) a metadata cluster (of a
- * kind other than 'kind', for writes of metadata itself)? */
-bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len);
-bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
-                                   bool is_l2);
-int qcow2_add_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len,
-                              enum qcow2_meta_kind kind);
-void qcow2_remove_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len);
+/* The active L1 and L2 tables in the metadata map (overlap.c). */
+int qcow2_add_l1_metadata_locked(struct qcow2_state *s);
+int qcow2_add_l2_metadata_locked(struct qcow2_state *s);
 /* Collect every metadata range; fails if two overlap. */
 int qcow2_build_metadata_map(struct qcow2_state *s);
 
@@ -329,5 +338,8 @@ int qcow2_bitmaps_info(const struct qcow2_state *s, struct blk_image_info *info)
 int qcow2_read_snapshots(struct qcow2_state *s);
 void qcow2_free_snapshots(struct qcow2_state *s);
 int qcow2_load_snapshot_l1(struct qcow2_state *s, const char *name_or_id);
+/* The snapshot table, and the snapshots' L1 tables, in the metadata map. */
+int qcow2_add_snapshot_metadata_locked(struct qcow2_state *s);
+int qcow2_add_snapshot_l1_metadata_locked(struct qcow2_state *s);
 
 #endif

@@ -50,6 +50,22 @@ int qcow2_load_reftable(struct qcow2_state *s)
     return 0;
 }
 
+/* The refcount table and blocks: an owner's part of the metadata map. */
+int qcow2_add_refcount_metadata_locked(struct qcow2_state *s)
+{
+    uint64_t cs = s->cluster_size;
+    int r = qcow2_add_metadata_locked(s, s->reftable_offset,
+                                      ROUND_UP((uint64_t)s->reftable_entries * 8, cs),
+                                      QCOW2_META_REFTABLE);
+
+    for (uint32_t i = 0; r == 0 && i < s->reftable_entries; i++) {
+        if (s->reftable[i]) {
+            r = qcow2_add_metadata_locked(s, s->reftable[i], cs, QCOW2_META_REFBLOCK);
+        }
+    }
+    return r;
+}
+
 /* Entry i of a refcount block (disk order, refcount_bits wide). */
 static uint64_t rb_get(const struct qcow2_state *s, const void *block, uint64_t i)
 {

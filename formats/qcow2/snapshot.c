@@ -175,6 +175,44 @@ int qcow2_read_snapshots(struct qcow2_state *s)
     return 0;
 }
 
+/* The snapshot table: an owner's part of the metadata map. */
+int qcow2_add_snapshot_metadata_locked(struct qcow2_state *s)
+{
+    if (s->n_snapshots == 0) {
+        return 0;
+    }
+    return qcow2_add_metadata_locked(s, s->hdr.snapshots_offset,
+                                     ROUND_UP(s->snapshots_bytes, s->cluster_size),
+                                     QCOW2_META_SNAPSHOTS);
+}
+
+/* The snapshots' L1 tables.  An overlap fails with a message that names the
+ * snapshot and needs no prefix. */
+int qcow2_add_snapshot_l1_metadata_locked(struct qcow2_state *s)
+{
+    uint64_t cs = s->cluster_size;
+    int r = 0;
+
+    for (uint32_t i = 0; r == 0 && i < s->n_snapshots; i++) {
+        const struct qcow2_snapshot *sn = &s->snapshots[i];
+        if (sn->l1_size && sn->l1_table_offset != s->l1_offset) {
+            r = qcow2_add_metadata_locked(s, sn->l1_table_offset,
+                                          ROUND_UP((uint64_t)sn->l1_size * 8, cs),
+                                          QCOW2_META_SNAPSHOT_L1);
+            if (r == -EINVAL) {
+                /* Snapshot L1 tables may share clusters with each other
+                 * only through refcounts, never overlap active metadata.
+                 * Named by index: a name may hold any byte, newlines too. */
+                return err_setx(EINVAL,
+                                "qcow2: the L1 table of snapshot %" PRIu32 " overlaps other "
+                                "metadata",
+                                i);
+            }
+        }
+    }
+    return r;
+}
+
 int qcow2_load_snapshot_l1(struct qcow2_state *s, const char *name_or_id)
 {
     const struct qcow2_snapshot *sn = NULL;
