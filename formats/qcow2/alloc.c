@@ -206,8 +206,8 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
         struct qcow2_map m;
         uint64_t done = 0;
 
-        if (s->corrupt) {
-            r = err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
+        r = qcow2_check_writable_locked(s);
+        if (r < 0) {
             break;
         }
         r = qcow2_map_locked(s, off + pos, len - pos, &m);
@@ -388,9 +388,10 @@ static int zero_or_discard(struct qcow2_state *s, uint64_t off, uint64_t len, bo
         return r;
     }
     pthread_mutex_lock(&s->lock);
-    if (s->corrupt) {
+    r = qcow2_check_writable_locked(s);
+    if (r < 0) {
         pthread_mutex_unlock(&s->lock);
-        return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
+        return r;
     }
     alloc_wait_locked(s, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
     alloc_register(s, &a, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
@@ -547,9 +548,10 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
         return r;
     }
     pthread_mutex_lock(&s->lock);
-    if (s->corrupt) {
+    r = qcow2_check_writable_locked(s);
+    if (r < 0) {
         pthread_mutex_unlock(&s->lock);
-        return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
+        return r;
     }
     alloc_wait_locked(s, off, off + cs, false);
     alloc_register(s, &a, off, off + cs, false);

@@ -259,10 +259,7 @@ int qcow2_bitmaps_before_write(struct qcow2_state *s)
             /* Then no bitmap may claim to be consistent at all. */
             log_error("qcow2: %s: marking bitmaps in use: %s", s->node->filename, err_msg());
             s->hdr.autoclear_features &= ~QCOW2_AUTOCLEAR_BITMAPS;
-            r = qcow2_write_header_locked(s);
-            if (r == 0) {
-                r = blk_flush(s->file);
-            }
+            r = qcow2_commit_header_locked(s);
         }
         if (r == 0) {
             atomic_store(&s->bitmaps_unmarked, false);

@@ -290,24 +290,3 @@ void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset)
         }
     }
 }
-
-int qcow2_flush_caches_locked(struct qcow2_state *s)
-{
-    int r = qcow2_cache_flush_locked(s->l2_cache); /* refcounts, sync, L2 */
-
-    if (r == 0) {
-        r = qcow2_cache_flush_locked(s->rb_cache);
-    }
-    if (r == 0 && s->n_pending) {
-        /* The L2 slices that dropped these clusters are written: once they
-         * are durable, the refcounts may go down. */
-        r = blk_flush(s->file);
-        if (r == 0) {
-            r = qcow2_apply_pending_frees_locked(s);
-        }
-        if (r == 0) {
-            r = qcow2_cache_flush_locked(s->rb_cache);
-        }
-    }
-    return r;
-}

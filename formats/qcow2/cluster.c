@@ -411,13 +411,7 @@ static int alloc_l2_table_locked(struct qcow2_state *s, uint64_t l1i, uint64_t o
         memset(buf, 0, cs);
     }
     if (r == 0) {
-        r = blk_pwrite(s->file, new_l2, buf, cs, 0);
-    }
-    if (r == 0) {
-        r = qcow2_cache_flush_locked(s->rb_cache);
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
+        r = qcow2_write_metadata_locked(s, new_l2, buf, cs);
     }
     if (r < 0) {
         return r;

@@ -3,11 +3,9 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -21,71 +19,6 @@
 #define DEFAULT_L2_CACHE_MAX (32u << 20)
 #define MIN_L2_CACHE_ENTRIES 16
 #define MIN_RB_CACHE_ENTRIES 4
-
-uint64_t qcow2_virtual_size(const struct qcow2_state *s)
-{
-    return s->hdr.size;
-}
-
-int qcow2_write_header_locked(struct qcow2_state *s)
-{
-    CLEANUP_FREE uint8_t *buf = NULL;
-    int r;
-
-    if (posix_memalign((void **)&buf, 4096, s->cluster_size) != 0) {
-        return err_set(ENOMEM, "qcow2: header");
-    }
-    r = qcow2_header_serialize(&s->hdr, buf, s->cluster_size);
-    if (r < 0) {
-        return err_setx(-r, "qcow2: the header and its extensions do not fit in cluster 0");
-    }
-    return blk_pwrite(s->file, 0, buf, s->cluster_size, 0);
-}
-
-int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!s->corrupt && !s->read_only) {
-        /* Stop writing, and tell the next user: qemu-img check -r all. */
-        log_error("qcow2: %s: marking the image corrupt: %s", s->node->filename, msg);
-        s->corrupt = true;
-        s->hdr.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
-        (void)qcow2_write_header_locked(s);
-        (void)blk_flush(s->file);
-    }
-    s->corrupt = true;
-    return err_setx(EIO, "qcow2: %s: %s", s->node->filename, msg);
-}
-
-unsigned qcow2_io_enter(struct qcow2_state *s)
-{
-    unsigned e = atomic_load(&s->io_epoch) & 1;
-
-    atomic_fetch_add(&s->io_count[e], 1);
-    return e;
-}
-
-void qcow2_io_leave(struct qcow2_state *s, unsigned epoch)
-{
-    atomic_fetch_sub(&s->io_count[epoch], 1);
-}
-
-void qcow2_io_drain_locked(struct qcow2_state *s)
-{
-    unsigned old = atomic_fetch_add(&s->io_epoch, 1) & 1;
-    struct timespec ts = {0, 20000};
-
-    /* Only I/O that mapped clusters before this point counts, and it
-     * needs no lock to finish. */
-    while (atomic_load(&s->io_count[old]) != 0) {
-        nanosleep(&ts, NULL);
-    }
-}
 
 /* ---- reads ---- */
 
@@ -331,23 +264,14 @@ static int grow_l1_locked(struct qcow2_state *s, uint32_t new_size)
     }
     r = qcow2_add_metadata_locked(s, new_offset, bytes, QCOW2_META_L1);
     if (r == 0) {
-        r = blk_pwrite(s->file, new_offset, be, bytes, 0);
-    }
-    if (r == 0) {
-        r = qcow2_cache_flush_locked(s->rb_cache);
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
+        r = qcow2_write_metadata_locked(s, new_offset, be, bytes);
     }
     if (r < 0) {
         return r;
     }
     s->hdr.l1_table_offset = new_offset;
     s->hdr.l1_size = new_size;
-    r = qcow2_write_header_locked(s);
-    if (r == 0) {
-        r = blk_flush(s->file);
-    }
+    r = qcow2_commit_header_locked(s);
     if (r < 0) {
         return qcow2_mark_corrupt_locked(s, "switching to a larger L1 table failed");
     }
@@ -417,10 +341,7 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     if (r == 0) {
         uint64_t old = s->hdr.size;
         s->hdr.size = len;
-        r = qcow2_write_header_locked(s);
-        if (r == 0) {
-            r = blk_flush(s->file);
-        }
+        r = qcow2_commit_header_locked(s);
         if (r < 0) {
             s->hdr.size = old;
         }
@@ -546,10 +467,7 @@ static int open_read_write(struct qcow2_state *s, bool for_check)
     }
     if (rewrite) {
         pthread_mutex_lock(&s->lock);
-        r = qcow2_write_header_locked(s);
-        if (r == 0) {
-            r = blk_flush(s->file);
-        }
+        r = qcow2_commit_header_locked(s);
         pthread_mutex_unlock(&s->lock);
         return r;
     }

@@ -156,6 +156,8 @@ struct qcow2_state {
 
     struct qcow2_pending_free *pending;
     size_t n_pending, cap_pending;
+    /* Drops the refcounts of a pending free (set by refcount.c). */
+    int (*release_locked)(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
 
     uint64_t free_hint;       /* lowest cluster index that may be free */
     uint64_t compressed_next; /* where the next compressed cluster may go (0: new cluster) */
@@ -185,11 +187,10 @@ struct qcow2_state {
     _Atomic unsigned io_count[2];
 };
 
-/* qcow2.c */
-int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int qcow2_write_header_locked(struct qcow2_state *s);
-uint64_t qcow2_virtual_size(const struct qcow2_state *s);
+static inline uint64_t qcow2_virtual_size(const struct qcow2_state *s)
+{
+    return s->hdr.size;
+}
 
 /* cache.c: tables are host-order arrays of u64 for L2 slices, raw bytes
  * for refcount blocks.  A table stays valid until qcow2_cache_put(). */
@@ -203,8 +204,33 @@ int qcow2_cache_flush_locked(struct qcow2_cache *c);
 bool qcow2_cache_is_dirty(const struct qcow2_cache *c);
 /* Forget an entry (its cluster was freed); it must not be dirty-written. */
 void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset);
-/* Write every dirty table, in dependency order (refcounts, sync, L2). */
+
+/* writeback.c: the order in which metadata reaches the file. */
+int qcow2_write_header_locked(struct qcow2_state *s);
+/* Write the header, then sync. */
+int qcow2_commit_header_locked(struct qcow2_state *s);
+/* Stop writing: set the corrupt bit (once) and fail with EIO and msg. */
+int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* 0, or -EIO when the image was marked corrupt. */
+int qcow2_check_writable_locked(const struct qcow2_state *s);
+/* Flush the refcount cache, then sync: every refcount change and every
+ * write so far is durable. */
+int qcow2_commit_refcounts_locked(struct qcow2_state *s);
+/* Write new metadata, flush the refcount cache, sync: done before
+ * anything points at the new metadata. */
+int qcow2_write_metadata_locked(struct qcow2_state *s, uint64_t off, const void *buf, uint64_t len);
+/* Queue a refcount decrement for after the next L2 writeback. */
+int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
+/* Write every dirty table, in dependency order (refcounts, sync, L2),
+ * then apply the pending frees. */
 int qcow2_flush_caches_locked(struct qcow2_state *s);
+/* Data I/O epochs (see io_epoch): enter before guest data I/O on host
+ * clusters that were mapped under the lock, leave after. */
+unsigned qcow2_io_enter(struct qcow2_state *s);
+void qcow2_io_leave(struct qcow2_state *s, unsigned epoch);
+/* Wait until every data I/O that entered before now has left. */
+void qcow2_io_drain_locked(struct qcow2_state *s);
 
 /* refcount.c */
 int qcow2_load_reftable(struct qcow2_state *s);
@@ -216,9 +242,6 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
 /* Find n contiguous free clusters, set their refcount to 1, and return
  * their host offset. */
 int qcow2_alloc_clusters_locked(struct qcow2_state *s, uint64_t n, uint64_t *offset);
-/* Queue a refcount decrement for after the next L2 writeback. */
-int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
-int qcow2_apply_pending_frees_locked(struct qcow2_state *s);
 /* Free an L2 entry's host storage (normal or compressed) later. */
 int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
 
@@ -254,13 +277,6 @@ int qcow2_add_l1_metadata_locked(struct qcow2_state *s);
 int qcow2_add_l2_metadata_locked(struct qcow2_state *s);
 /* Collect every metadata range; fails if two overlap. */
 int qcow2_build_metadata_map(struct qcow2_state *s);
-
-/* Data I/O epochs (see io_epoch): enter before guest data I/O on host
- * clusters that were mapped under the lock, leave after. */
-unsigned qcow2_io_enter(struct qcow2_state *s);
-void qcow2_io_leave(struct qcow2_state *s, unsigned epoch);
-/* Wait until every data I/O that entered before now has left. */
-void qcow2_io_drain_locked(struct qcow2_state *s);
 
 /* alloc.c */
 int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,

@@ -16,6 +16,12 @@
 #include "common/error.h"
 #include "qcow2.h"
 
+/* Deferred frees are applied through this (writeback.c). */
+static int release_clusters_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes)
+{
+    return qcow2_update_refcount_locked(s, offset, bytes, -1);
+}
+
 int qcow2_load_reftable(struct qcow2_state *s)
 {
     uint64_t bytes = (uint64_t)s->hdr.refcount_table_clusters * s->cluster_size;
@@ -47,6 +53,7 @@ int qcow2_load_reftable(struct qcow2_state *s)
     }
     s->reftable = steal_ptr(&t);
     s->reftable_offset = s->hdr.refcount_table_offset;
+    s->release_locked = release_clusters_locked;
     return 0;
 }
 
@@ -245,10 +252,7 @@ static int alloc_refblock_locked(struct qcow2_state *s, uint64_t rt)
     /* The block (and its own refcount) is durable before the table
      * points at it. */
     if (r == 0) {
-        r = qcow2_cache_flush_locked(s->rb_cache);
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
+        r = qcow2_commit_refcounts_locked(s);
     }
     if (r < 0) {
         return r;
@@ -435,7 +439,7 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
                                       QCOW2_META_REFTABLE);
     }
     if (r == 0) {
-        r = qcow2_cache_flush_locked(s->rb_cache);
+        r = qcow2_cache_flush_locked(s->rb_cache); /* the new blocks, then the table */
     }
     if (r == 0) {
         CLEANUP_FREE uint64_t *be = malloc(table_clusters * cs);
@@ -445,19 +449,13 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
             for (uint64_t i = 0; i < s->reftable_entries; i++) {
                 be[i] = htobe64(s->reftable[i]);
             }
-            r = blk_pwrite(s->file, s->reftable_offset, be, table_clusters * cs, 0);
+            r = qcow2_write_metadata_locked(s, s->reftable_offset, be, table_clusters * cs);
         }
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
     }
     if (r == 0) {
         s->hdr.refcount_table_offset = s->reftable_offset;
         s->hdr.refcount_table_clusters = (uint32_t)table_clusters;
-        r = qcow2_write_header_locked(s);
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
+        r = qcow2_commit_header_locked(s);
     }
     if (r < 0) {
         free(old_table);
@@ -467,38 +465,6 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
     (void)old_entries;
     qcow2_remove_metadata_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
     return qcow2_free_later_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
-}
-
-int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes)
-{
-    if (bytes == 0) {
-        return 0;
-    }
-    if (s->n_pending == s->cap_pending) {
-        size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
-        struct qcow2_pending_free *p = realloc(s->pending, cap * sizeof *p);
-        if (!p) {
-            return err_set(ENOMEM, "qcow2: pending frees");
-        }
-        s->pending = p;
-        s->cap_pending = cap;
-    }
-    s->pending[s->n_pending++] = (struct qcow2_pending_free){offset, bytes};
-    return 0;
-}
-
-int qcow2_apply_pending_frees_locked(struct qcow2_state *s)
-{
-    int r = 0;
-
-    /* Reads that mapped these clusters before they were dropped may still
-     * be running: let them finish before the clusters can be reused. */
-    qcow2_io_drain_locked(s);
-    for (size_t i = 0; i < s->n_pending && r == 0; i++) {
-        r = qcow2_update_refcount_locked(s, s->pending[i].offset, s->pending[i].bytes, -1);
-    }
-    s->n_pending = 0;
-    return r;
 }
 
 int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry)

@@ -1,0 +1,176 @@
+/* formats/qcow2/writeback.c: the order in which metadata reaches the file,
+ * in one place.  What makes a crash leave at worst leaked clusters:
+ *
+ *  - refcount increments are durable before an L2 entry points at the
+ *    cluster: the L2 cache depends on the refcount cache (cache.c flushes
+ *    it and syncs the file before writing a dirty slice);
+ *  - a new table is written and synced, with its refcount, before anything
+ *    points at it (qcow2_write_metadata_locked);
+ *  - refcount decrements wait in s->pending until the L2 entries that
+ *    stopped using the clusters are durable (qcow2_flush_caches_locked),
+ *    and until guest I/O that mapped them has ended (the I/O epochs);
+ *  - once something is found wrong, the image is marked corrupt and no
+ *    more is written.
+ *
+ * It sits above cache.c and overlap.c and below refcount.c: applying the
+ * pending decrements is refcount.c's job, reached through the hook it sets
+ * when it loads the refcount table (s->release_locked). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "qcow2.h"
+
+int qcow2_write_header_locked(struct qcow2_state *s)
+{
+    CLEANUP_FREE uint8_t *buf = NULL;
+    int r;
+
+    if (posix_memalign((void **)&buf, 4096, s->cluster_size) != 0) {
+        return err_set(ENOMEM, "qcow2: header");
+    }
+    r = qcow2_header_serialize(&s->hdr, buf, s->cluster_size);
+    if (r < 0) {
+        return err_setx(-r, "qcow2: the header and its extensions do not fit in cluster 0");
+    }
+    return blk_pwrite(s->file, 0, buf, s->cluster_size, 0);
+}
+
+int qcow2_commit_header_locked(struct qcow2_state *s)
+{
+    int r = qcow2_write_header_locked(s);
+
+    return r < 0 ? r : blk_flush(s->file);
+}
+
+int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!s->corrupt && !s->read_only) {
+        /* Stop writing, and tell the next user: qemu-img check -r all. */
+        log_error("qcow2: %s: marking the image corrupt: %s", s->node->filename, msg);
+        s->corrupt = true;
+        s->hdr.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
+        (void)qcow2_write_header_locked(s);
+        (void)blk_flush(s->file);
+    }
+    s->corrupt = true;
+    return err_setx(EIO, "qcow2: %s: %s", s->node->filename, msg);
+}
+
+int qcow2_check_writable_locked(const struct qcow2_state *s)
+{
+    if (s->corrupt) {
+        return err_setx(EIO, "qcow2: the image is marked corrupt; not writing");
+    }
+    return 0;
+}
+
+int qcow2_commit_refcounts_locked(struct qcow2_state *s)
+{
+    int r = qcow2_cache_flush_locked(s->rb_cache);
+
+    return r < 0 ? r : blk_flush(s->file);
+}
+
+int qcow2_write_metadata_locked(struct qcow2_state *s, uint64_t off, const void *buf, uint64_t len)
+{
+    int r = blk_pwrite(s->file, off, buf, len, 0);
+
+    return r < 0 ? r : qcow2_commit_refcounts_locked(s);
+}
+
+/* ---- guest I/O epochs ---- */
+
+unsigned qcow2_io_enter(struct qcow2_state *s)
+{
+    unsigned e = atomic_load(&s->io_epoch) & 1;
+
+    atomic_fetch_add(&s->io_count[e], 1);
+    return e;
+}
+
+void qcow2_io_leave(struct qcow2_state *s, unsigned epoch)
+{
+    atomic_fetch_sub(&s->io_count[epoch], 1);
+}
+
+void qcow2_io_drain_locked(struct qcow2_state *s)
+{
+    unsigned old = atomic_fetch_add(&s->io_epoch, 1) & 1;
+    struct timespec ts = {0, 20000};
+
+    /* Only I/O that mapped clusters before this point counts, and it
+     * needs no lock to finish. */
+    while (atomic_load(&s->io_count[old]) != 0) {
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- deferred frees ---- */
+
+int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes)
+{
+    if (bytes == 0) {
+        return 0;
+    }
+    if (s->n_pending == s->cap_pending) {
+        size_t cap = s->cap_pending ? s->cap_pending * 2 : 64;
+        struct qcow2_pending_free *p = realloc(s->pending, cap * sizeof *p);
+        if (!p) {
+            return err_set(ENOMEM, "qcow2: pending frees");
+        }
+        s->pending = p;
+        s->cap_pending = cap;
+    }
+    s->pending[s->n_pending++] = (struct qcow2_pending_free){offset, bytes};
+    return 0;
+}
+
+/* The L2 entries that dropped the pending clusters are durable: drop
+ * their refcounts. */
+static int apply_pending_frees_locked(struct qcow2_state *s)
+{
+    int r = 0;
+
+    /* Reads that mapped these clusters before they were dropped may still
+     * be running: let them finish before the clusters can be reused. */
+    qcow2_io_drain_locked(s);
+    for (size_t i = 0; i < s->n_pending && r == 0; i++) {
+        r = s->release_locked(s, s->pending[i].offset, s->pending[i].bytes);
+    }
+    s->n_pending = 0;
+    return r;
+}
+
+int qcow2_flush_caches_locked(struct qcow2_state *s)
+{
+    int r = qcow2_cache_flush_locked(s->l2_cache); /* refcounts, sync, L2 */
+
+    if (r == 0) {
+        r = qcow2_cache_flush_locked(s->rb_cache);
+    }
+    if (r == 0 && s->n_pending) {
+        /* The L2 slices that dropped these clusters are written: once they
+         * are durable, the refcounts may go down. */
+        r = blk_flush(s->file);
+        if (r == 0) {
+            r = apply_pending_frees_locked(s);
+        }
+        if (r == 0) {
+            r = qcow2_cache_flush_locked(s->rb_cache);
+        }
+    }
+    return r;
+}
