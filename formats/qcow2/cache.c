@@ -1,13 +1,14 @@
-/* formats/qcow2/cache.c: write-back caches for L2 slices and refcount
- * blocks.  Tables are kept in disk byte order, looked up by host offset
- * through a hash, evicted least-recently-used.  A table handed out by
- * qcow2_cache_get_locked() is pinned until qcow2_cache_put().
+/* formats/qcow2/cache.c: a write-back cache of fixed-size metadata tables
+ * (qcow2 uses one for L2 slices and one for refcount blocks).  Tables are
+ * kept in disk byte order, looked up by host offset through a hash, evicted
+ * least-recently-used.  A table handed out by qcow2_cache_get_locked() is
+ * pinned until qcow2_cache_put_locked().
  *
- * Write-back order is what makes a crash leave only leaks: before a dirty
- * L2 slice is written, every dirty refcount block is written and the file
- * is synced (the refcounts and the guest data the slice points at are then
- * durable); refcount decrements wait in s->pending until the L2 slices
- * that dropped the clusters are durable (refcount.c). */
+ * The cache knows nothing of what its tables mean.  The layer above tells
+ * it two things at open (writeback.c): a dependency (before a dirty table
+ * of this cache is written, the cache it depends on is flushed and the
+ * file synced), and a hook that may refuse a write (the overlap check).
+ * It calls no other qcow2 file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -27,8 +28,10 @@ struct qcow2_cache_entry {
 };
 
 struct qcow2_cache {
-    struct qcow2_state *s;
-    bool is_l2;
+    struct blk_node *file;
+    struct qcow2_cache *depends_on; /* flushed, and the file synced, first */
+    qcow2_cache_write_hook before_write;
+    void *hook_opaque;
     uint32_t table_size;
     unsigned n;
     struct qcow2_cache_entry *e;
@@ -45,8 +48,8 @@ static unsigned cache_hash(const struct qcow2_cache *c, uint64_t offset)
     return (unsigned)(h >> 32) & (c->nbuckets - 1);
 }
 
-int qcow2_cache_new(struct qcow2_cache **out, struct qcow2_state *s, uint32_t table_size,
-                    unsigned entries, bool is_l2)
+int qcow2_cache_new(struct qcow2_cache **out, struct blk_node *file, uint32_t table_size,
+                    unsigned entries)
 {
     struct qcow2_cache *c = calloc(1, sizeof *c);
     void *tables = NULL;
@@ -54,8 +57,7 @@ int qcow2_cache_new(struct qcow2_cache **out, struct qcow2_state *s, uint32_t ta
     if (!c) {
         return err_set(ENOMEM, "qcow2: metadata cache");
     }
-    c->s = s;
-    c->is_l2 = is_l2;
+    c->file = file;
     c->table_size = table_size;
     c->n = entries;
     c->nbuckets = 1;
@@ -85,6 +87,17 @@ int qcow2_cache_new(struct qcow2_cache **out, struct qcow2_state *s, uint32_t ta
     }
     *out = c;
     return 0;
+}
+
+void qcow2_cache_set_dependency(struct qcow2_cache *c, struct qcow2_cache *depends_on)
+{
+    c->depends_on = depends_on;
+}
+
+void qcow2_cache_set_write_hook(struct qcow2_cache *c, qcow2_cache_write_hook hook, void *opaque)
+{
+    c->before_write = hook;
+    c->hook_opaque = opaque;
 }
 
 void qcow2_cache_free(struct qcow2_cache *c)
@@ -128,19 +141,19 @@ static void cache_hash_insert(struct qcow2_cache *c, int i, uint64_t offset)
     c->bucket[b] = i;
 }
 
-/* What must be durable before a dirty table of this cache is written. */
+/* What must be durable before a dirty table of this cache is written:
+ * the tables of the cache it depends on, and (by the same sync) every
+ * write before them. */
 static int cache_write_prepare(struct qcow2_cache *c)
 {
-    struct qcow2_state *s = c->s;
     int r;
 
-    if (!c->is_l2) {
+    if (!c->depends_on) {
         return 0;
     }
-    r = qcow2_cache_flush_locked(s->rb_cache);
+    r = qcow2_cache_flush_locked(c->depends_on);
     if (r == 0) {
-        /* Refcounts just written, and the data of allocating writes. */
-        r = blk_flush(s->file);
+        r = blk_flush(c->file);
     }
     return r;
 }
@@ -153,13 +166,13 @@ static int cache_write_entry(struct qcow2_cache *c, int i)
     if (!e->dirty) {
         return 0;
     }
-    if (qcow2_overlaps_metadata_other(c->s, e->offset, c->table_size,
-                                      c->is_l2 ? QCOW2_META_L2 : QCOW2_META_REFBLOCK)) {
-        return qcow2_mark_corrupt_locked(
-            c->s, "%s at 0x%" PRIx64 " overlaps other metadata; not writing it",
-            c->is_l2 ? "L2 table" : "refcount block", e->offset);
+    if (c->before_write) {
+        r = c->before_write(c->hook_opaque, e->offset, c->table_size);
+        if (r < 0) {
+            return r;
+        }
     }
-    r = blk_pwrite(c->s->file, e->offset, e->table, c->table_size, 0);
+    r = blk_pwrite(c->file, e->offset, e->table, c->table_size, 0);
     if (r < 0) {
         return r;
     }
@@ -216,7 +229,7 @@ int qcow2_cache_get_locked(struct qcow2_cache *c, uint64_t offset, bool read, vo
             return r;
         }
         if (read) {
-            r = blk_pread(c->s->file, offset, c->e[i].table, c->table_size);
+            r = blk_pread(c->file, offset, c->e[i].table, c->table_size);
             if (r < 0) {
                 return r;
             }
@@ -276,10 +289,10 @@ int qcow2_cache_flush_locked(struct qcow2_cache *c)
     return r;
 }
 
-void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset)
+void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset, uint64_t bytes)
 {
-    /* Every table of the freed cluster (L2 slices are smaller than it). */
-    for (uint64_t off = offset; off < offset + c->s->cluster_size; off += c->table_size) {
+    /* Every table in the range (L2 slices are smaller than a cluster). */
+    for (uint64_t off = offset; off < offset + bytes; off += c->table_size) {
         int i = cache_find(c, off);
         if (i >= 0 && c->e[i].pins == 0) {
             if (c->e[i].dirty) {

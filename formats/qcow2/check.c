@@ -576,7 +576,7 @@ static int rebuild_refcounts(struct check_ctx *c)
     /* Switch the in-memory state to the new structure. */
     for (uint32_t i = 0; i < s->reftable_entries; i++) {
         if (s->reftable[i]) {
-            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i]);
+            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i], s->cluster_size);
         }
     }
     free(s->reftable);

@@ -424,10 +424,13 @@ static int make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes)
     unsigned l2_entries = (unsigned)MAX(bytes / s->l2_slice_size, (uint64_t)MIN_L2_CACHE_ENTRIES);
     unsigned rb_entries =
         (unsigned)MAX(bytes / 4 / s->cluster_size, (uint64_t)MIN_RB_CACHE_ENTRIES);
-    int r = qcow2_cache_new(&s->l2_cache, s, s->l2_slice_size, l2_entries, true);
+    int r = qcow2_cache_new(&s->l2_cache, s->file, s->l2_slice_size, l2_entries);
 
     if (r == 0) {
-        r = qcow2_cache_new(&s->rb_cache, s, (uint32_t)s->cluster_size, rb_entries, false);
+        r = qcow2_cache_new(&s->rb_cache, s->file, (uint32_t)s->cluster_size, rb_entries);
+    }
+    if (r == 0) {
+        qcow2_writeback_setup_caches(s);
     }
     return r;
 }

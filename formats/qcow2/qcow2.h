@@ -194,16 +194,24 @@ static inline uint64_t qcow2_virtual_size(const struct qcow2_state *s)
 
 /* cache.c: tables are host-order arrays of u64 for L2 slices, raw bytes
  * for refcount blocks.  A table stays valid until qcow2_cache_put(). */
-int qcow2_cache_new(struct qcow2_cache **out, struct qcow2_state *s, uint32_t table_size,
-                    unsigned entries, bool is_l2);
+int qcow2_cache_new(struct qcow2_cache **out, struct blk_node *file, uint32_t table_size,
+                    unsigned entries);
+/* Before a dirty table of c is written, depends_on is flushed and the
+ * file synced. */
+void qcow2_cache_set_dependency(struct qcow2_cache *c, struct qcow2_cache *depends_on);
+/* Called before a dirty table is written; a negative return keeps it
+ * unwritten and fails the flush or eviction. */
+typedef int (*qcow2_cache_write_hook)(void *opaque, uint64_t offset, uint32_t size);
+void qcow2_cache_set_write_hook(struct qcow2_cache *c, qcow2_cache_write_hook hook, void *opaque);
 void qcow2_cache_free(struct qcow2_cache *c);
 int qcow2_cache_get_locked(struct qcow2_cache *c, uint64_t offset, bool read, void **table);
 void qcow2_cache_put(struct qcow2_cache *c, void *table);
 void qcow2_cache_mark_dirty(struct qcow2_cache *c, void *table);
 int qcow2_cache_flush_locked(struct qcow2_cache *c);
 bool qcow2_cache_is_dirty(const struct qcow2_cache *c);
-/* Forget an entry (its cluster was freed); it must not be dirty-written. */
-void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset);
+/* Forget the tables in [offset, offset+bytes) (their cluster was freed);
+ * they must not be dirty-written. */
+void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset, uint64_t bytes);
 
 /* writeback.c: the order in which metadata reaches the file. */
 int qcow2_write_header_locked(struct qcow2_state *s);
@@ -222,6 +230,8 @@ int qcow2_commit_refcounts_locked(struct qcow2_state *s);
 int qcow2_write_metadata_locked(struct qcow2_state *s, uint64_t off, const void *buf, uint64_t len);
 /* Queue a refcount decrement for after the next L2 writeback. */
 int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
+/* The caches' dependency and write checks, set once at open. */
+void qcow2_writeback_setup_caches(struct qcow2_state *s);
 /* Write every dirty table, in dependency order (refcounts, sync, L2),
  * then apply the pending frees. */
 int qcow2_flush_caches_locked(struct qcow2_state *s);

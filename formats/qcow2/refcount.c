@@ -313,7 +313,7 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
         if (delta < 0 && v == 1) {
             /* Free now: forget cached tables that lived there. */
             uint64_t off = c << s->cluster_bits;
-            qcow2_cache_discard_locked(s->l2_cache, off);
+            qcow2_cache_discard_locked(s->l2_cache, off, s->cluster_size);
             qcow2_remove_metadata_locked(s, off, s->cluster_size);
             s->free_hint = MIN(s->free_hint, c);
             if (s->compressed_next && (s->compressed_next >> s->cluster_bits) == c) {

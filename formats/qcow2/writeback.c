@@ -91,6 +91,38 @@ int qcow2_write_metadata_locked(struct qcow2_state *s, uint64_t off, const void 
     return r < 0 ? r : qcow2_commit_refcounts_locked(s);
 }
 
+/* ---- the caches ---- */
+
+/* A dirty table is written only where the metadata map has it. */
+static int check_table_write(struct qcow2_state *s, uint64_t off, uint32_t size,
+                             enum qcow2_meta_kind kind, const char *what)
+{
+    if (qcow2_overlaps_metadata_other(s, off, size, kind)) {
+        return qcow2_mark_corrupt_locked(
+            s, "%s at 0x%" PRIx64 " overlaps other metadata; not writing it", what, off);
+    }
+    return 0;
+}
+
+static int check_l2_write(void *opaque, uint64_t off, uint32_t size)
+{
+    return check_table_write(opaque, off, size, QCOW2_META_L2, "L2 table");
+}
+
+static int check_refblock_write(void *opaque, uint64_t off, uint32_t size)
+{
+    return check_table_write(opaque, off, size, QCOW2_META_REFBLOCK, "refcount block");
+}
+
+void qcow2_writeback_setup_caches(struct qcow2_state *s)
+{
+    /* Refcounts (and the guest data of allocating writes, by the sync)
+     * reach the file before an L2 entry that points at a new cluster. */
+    qcow2_cache_set_dependency(s->l2_cache, s->rb_cache);
+    qcow2_cache_set_write_hook(s->l2_cache, check_l2_write, s);
+    qcow2_cache_set_write_hook(s->rb_cache, check_refblock_write, s);
+}
+
 /* ---- guest I/O epochs ---- */
 
 unsigned qcow2_io_enter(struct qcow2_state *s)
