@@ -93,6 +93,60 @@ int qcow2_load_l1(struct qcow2_state *s)
     return 0;
 }
 
+/* A new L1 table of new_size entries, written and synced before the
+ * header points at it; the old one is freed afterwards. */
+int qcow2_grow_l1_locked(struct qcow2_state *s, uint32_t new_size)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t bytes = ROUND_UP((uint64_t)new_size * 8, cs);
+    uint64_t old_offset = s->l1_offset, old_bytes = ROUND_UP((uint64_t)s->l1_size * 8, cs);
+    uint64_t new_offset;
+    CLEANUP_FREE uint64_t *be = NULL;
+    uint64_t *l1;
+    int r;
+
+    if ((uint64_t)new_size * 8 > QCOW2_MAX_L1_BYTES) {
+        return err_setx(EFBIG, "qcow2: the L1 table would exceed 32 MiB");
+    }
+    l1 = realloc(s->l1, (size_t)new_size * 8);
+    be = calloc(1, bytes);
+    if (!l1 || !be) {
+        if (l1) {
+            s->l1 = l1;
+        }
+        return err_set(ENOMEM, "qcow2: L1 table");
+    }
+    s->l1 = l1;
+    memset(l1 + s->l1_size, 0, (size_t)(new_size - s->l1_size) * 8);
+    r = qcow2_alloc_clusters_locked(s, bytes / cs, &new_offset);
+    if (r < 0) {
+        return r;
+    }
+    for (uint32_t i = 0; i < new_size; i++) {
+        be[i] = htobe64(l1[i]);
+    }
+    r = qcow2_add_metadata_locked(s, new_offset, bytes, QCOW2_META_L1);
+    if (r == 0) {
+        r = qcow2_write_metadata_locked(s, new_offset, be, bytes);
+    }
+    if (r < 0) {
+        return r;
+    }
+    s->hdr.l1_table_offset = new_offset;
+    s->hdr.l1_size = new_size;
+    r = qcow2_commit_header_locked(s);
+    if (r < 0) {
+        return qcow2_mark_corrupt_locked(s, "switching to a larger L1 table failed");
+    }
+    s->l1_offset = new_offset;
+    s->l1_size = new_size;
+    if (old_bytes) {
+        qcow2_remove_metadata_locked(s, old_offset, old_bytes);
+        r = qcow2_free_later_locked(s, old_offset, old_bytes);
+    }
+    return r;
+}
+
 uint64_t qcow2_l2_get(const struct qcow2_state *s, const uint64_t *slice, unsigned i,
                       uint64_t *bitmap)
 {
@@ -460,4 +514,15 @@ int qcow2_get_l2_slice_locked(struct qcow2_state *s, uint64_t guest, bool alloc,
         *index = (unsigned)(l2i % s->l2_slice_entries);
     }
     return r;
+}
+
+int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry)
+{
+    if (l2_entry & QCOW_OFLAG_COMPRESSED) {
+        uint64_t off, bytes;
+        qcow2_compressed_range(s, l2_entry, &off, &bytes);
+        return qcow2_free_later_locked(s, off, bytes);
+    }
+    uint64_t host = l2_entry & L2E_OFFSET_MASK;
+    return host ? qcow2_free_later_locked(s, host, s->cluster_size) : 0;
 }

@@ -252,8 +252,6 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
 /* Find n contiguous free clusters, set their refcount to 1, and return
  * their host offset. */
 int qcow2_alloc_clusters_locked(struct qcow2_state *s, uint64_t n, uint64_t *offset);
-/* Free an L2 entry's host storage (normal or compressed) later. */
-int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
 
 /* overlap.c: the metadata map.  Is any of [off, off+len) metadata (of a
  * kind other than 'own', for writes of metadata itself)? */
@@ -269,6 +267,8 @@ int qcow2_reset_metadata_locked(struct qcow2_state *s);
 
 /* cluster.c */
 int qcow2_load_l1(struct qcow2_state *s);
+/* Switch to a new L1 table of new_size entries (resize). */
+int qcow2_grow_l1_locked(struct qcow2_state *s, uint32_t new_size);
 /* Do two entries of an L1 table (n entries, host or disk byte order) name
  * the same L2 table?  Returns 1 and sets *dup to its offset, 0, or -ENOMEM. */
 int qcow2_l1_duplicate(const uint64_t *l1, uint32_t n, bool big_endian, uint64_t *dup);
@@ -282,6 +282,8 @@ uint64_t qcow2_l2_get(const struct qcow2_state *s, const uint64_t *slice, unsign
                       uint64_t *bitmap);
 void qcow2_l2_set(const struct qcow2_state *s, uint64_t *slice, unsigned i, uint64_t entry,
                   uint64_t bitmap);
+/* Free an L2 entry's host storage (normal or compressed) later. */
+int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
 /* The active L1 and L2 tables in the metadata map (overlap.c). */
 int qcow2_add_l1_metadata_locked(struct qcow2_state *s);
 int qcow2_add_l2_metadata_locked(struct qcow2_state *s);

@@ -466,14 +466,3 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
     qcow2_remove_metadata_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
     return qcow2_free_later_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
 }
-
-int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry)
-{
-    if (l2_entry & QCOW_OFLAG_COMPRESSED) {
-        uint64_t off, bytes;
-        qcow2_compressed_range(s, l2_entry, &off, &bytes);
-        return qcow2_free_later_locked(s, off, bytes);
-    }
-    uint64_t host = l2_entry & L2E_OFFSET_MASK;
-    return host ? qcow2_free_later_locked(s, host, s->cluster_size) : 0;
-}
