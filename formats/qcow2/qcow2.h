@@ -290,6 +290,10 @@ int qcow2_add_l2_metadata_locked(struct qcow2_state *s);
 /* Collect every metadata range; fails if two overlap. */
 int qcow2_build_metadata_map(struct qcow2_state *s);
 
+/* read.c.  qcow2_read_range() is also the copy-on-write read. */
+int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
+int qcow2_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt);
+
 /* alloc.c */
 int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                   unsigned flags);
@@ -319,9 +323,6 @@ int qcow2_create_check(const struct blk_create_opts *o);
     "  preallocation=<mode>     off (default), metadata, falloc, full\n"                           \
     "  refcount_bits=<bits>     Width of a reference count entry, 1 to 64 (default 16)\n"          \
     "  size=<size>              Virtual disk size\n"
-
-/* Reading: used by the read path and by copy-on-write. */
-int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
 
 /* info.c: the driver's get_info. */
 int qcow2_get_info(struct blk_node *n, struct blk_image_info *info);
