@@ -193,37 +193,6 @@ int qcow2_add_l2_metadata_locked(struct qcow2_state *s)
     return r;
 }
 
-int qcow2_build_metadata_map(struct qcow2_state *s)
-{
-    int r = qcow2_reset_metadata_locked(s);
-
-    if (r == 0) {
-        r = qcow2_add_l1_metadata_locked(s);
-    }
-    if (r == 0) {
-        r = qcow2_add_refcount_metadata_locked(s);
-    }
-    if (r == 0) {
-        r = qcow2_add_l2_metadata_locked(s);
-    }
-    if (r == 0) {
-        r = qcow2_add_snapshot_metadata_locked(s);
-    }
-    if (r == 0) {
-        r = qcow2_add_snapshot_l1_metadata_locked(s);
-        if (r == -EINVAL) {
-            return r; /* the message names the snapshot */
-        }
-    }
-    if (r == 0) {
-        r = qcow2_add_bitmap_metadata_locked(s);
-    }
-    if (r < 0) {
-        err_prefix("qcow2: the image is corrupt");
-    }
-    return r;
-}
-
 /* ---- mapping ---- */
 
 static int l2_entry_invalid(struct qcow2_state *s, uint64_t guest, const char *why, uint64_t entry)

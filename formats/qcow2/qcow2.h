@@ -287,8 +287,6 @@ int qcow2_free_l2_entry_later_locked(struct qcow2_state *s, uint64_t l2_entry);
 /* The active L1 and L2 tables in the metadata map (overlap.c). */
 int qcow2_add_l1_metadata_locked(struct qcow2_state *s);
 int qcow2_add_l2_metadata_locked(struct qcow2_state *s);
-/* Collect every metadata range; fails if two overlap. */
-int qcow2_build_metadata_map(struct qcow2_state *s);
 
 /* read.c.  qcow2_read_range() is also the copy-on-write read. */
 int qcow2_read_range(struct qcow2_state *s, uint64_t off, const struct iovec *iov, int iovcnt);
@@ -307,6 +305,14 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
  * preallocation): metadata only, or also fallocate the data (falloc), or
  * write zeroes to it (full). */
 int qcow2_preallocate(struct blk_node *n, bool falloc, bool full, bool keep_backing);
+
+/* open.c: reading the metadata at open. */
+int qcow2_read_header(struct qcow2_state *s);
+void qcow2_setup_geometry(struct qcow2_state *s);
+/* The L2 and refcount caches; l2_cache_bytes 0: the default size. */
+int qcow2_make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes);
+/* Collect every metadata range; fails if two overlap. */
+int qcow2_build_metadata_map(struct qcow2_state *s);
 
 /* create.c */
 int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
