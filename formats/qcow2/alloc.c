@@ -7,7 +7,10 @@
  * again), allocates host clusters, writes the guest data together with the
  * copy-on-write head and tail (from the old cluster, the backing file or
  * zeroes) without the lock, then points the L2 entries at the new clusters
- * and queues the old ones for freeing. */
+ * and queues the old ones for freeing.
+ *
+ * Order (qcow2.h): above read.c (copy-on-write reads); calls read,
+ * cluster, refcount, writeback, cache, compress, bitmap. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* formats/qcow2/backing.c: the backing file an image header names, and
- * how it is opened (or, with --untrusted, refused). */
+ * how it is opened (or, with --untrusted, refused).
+ *
+ * Order (qcow2.h): above bitmap.c; calls no other qcow2 file. */
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>

@@ -13,7 +13,9 @@
  *
  * Every field is bounded as qemu bounds it before it is used: directory
  * at most 64 MiB, at most 65535 bitmaps, names of 1 to 1023 bytes,
- * granularity 512 B to 2 GiB, bitmap data at most 512 MiB. */
+ * granularity 512 B to 2 GiB, bitmap data at most 512 MiB.
+ *
+ * Order (qcow2.h): above snapshot.c; calls writeback and overlap. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * it two things at open (writeback.c): a dependency (before a dirty table
  * of this cache is written, the cache it depends on is flushed and the
  * file synced), and a hook that may refuse a write (the overlap check).
- * It calls no other qcow2 file. */
+ * It calls no other qcow2 file (order: qcow2.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

@@ -8,7 +8,10 @@
  * stored refcount below the count is a corruption (the cluster could be
  * handed out twice), above it a leak (space lost, data safe).  Repair
  * rebuilds the refcount structure from the counts (all) or lowers leaked
- * refcounts (leaks), and fixes the copied flags. */
+ * refcounts (leaks), and fixes the copied flags.
+ *
+ * Order (qcow2.h): above open.c; calls open (the map), refcount, cluster,
+ * cache, compress, writeback. */
 #include <endian.h>
 #include <errno.h>
 #include <stdarg.h>

@@ -2,7 +2,10 @@
  *
  * The L1 table is kept in memory; L2 tables are read and cached in
  * slices.  Every entry is validated where it is used.  This file registers
- * the L1 and L2 tables in the metadata map (overlap.c). */
+ * the L1 and L2 tables in the metadata map (overlap.c).
+ *
+ * Order (qcow2.h): above refcount.c; calls refcount, writeback, overlap,
+ * cache, compress. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

@@ -3,7 +3,9 @@
  * A compressed descriptor holds a byte offset and a count of 512-byte
  * sectors; the stream is raw deflate (zlib, 4 KiB window) or one zstd
  * frame, and must inflate to exactly one cluster.  Only the sector count is
- * known, so trailing input after the end of the stream is ignored. */
+ * known, so trailing input after the end of the stream is ignored.
+ *
+ * Order (qcow2.h): above header.c; calls no other qcow2 file. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>

@@ -1,7 +1,9 @@
 /* formats/qcow2/create.c: "create -f qcow2": the options qemu-img knows,
  * validated with the same rules, and a fresh image laid out as header,
  * refcount table, refcount blocks and L1 table; then, if asked, every
- * cluster preallocated (metadata, falloc, full). */
+ * cluster preallocated (metadata, falloc, full).
+ *
+ * Order (qcow2.h): above check.c; calls alloc (preallocation) and header. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

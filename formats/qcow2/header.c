@@ -3,7 +3,9 @@
  * Every field is checked here, before any other code uses it, against the
  * spec and against the file: a hostile header gets one line naming the
  * field and why, never a huge allocation or an out-of-range read later.
- * Extensions we do not understand are kept and written back unchanged. */
+ * Extensions we do not understand are kept and written back unchanged.
+ *
+ * Order (qcow2.h): the bottom; no I/O, and no other qcow2 file called. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

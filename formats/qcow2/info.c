@@ -1,6 +1,8 @@
 /* formats/qcow2/info.c: what `info` shows of a qcow2 image: backing
  * file, snapshots, bitmaps and the format-specific fields, in qemu-img's
- * order. */
+ * order.
+ *
+ * Order (qcow2.h): above alloc.c; calls bitmap and backing. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

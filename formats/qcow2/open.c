@@ -2,7 +2,9 @@
  * metadata into memory: the header, the geometry that follows from it, the
  * metadata caches, and the metadata map built from every owner's ranges.
  * The open sequence itself, backing files and repair are the driver's
- * (qcow2.c); check.c rebuilds the map after a repair. */
+ * (qcow2.c); check.c rebuilds the map after a repair.
+ *
+ * Order (qcow2.h): above info.c; calls the metadata owners below it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

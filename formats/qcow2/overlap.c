@@ -5,7 +5,7 @@
  * Each owner registers its own ranges (header here; L1 and L2 in cluster.c,
  * refcounts in refcount.c, snapshots and bitmaps in their files) and drops
  * them when it frees them.  This file knows no owner and calls no other
- * qcow2 file: it sits just above cache.c. */
+ * qcow2 file: it sits just above cache.c (order: qcow2.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,5 +1,9 @@
-/* formats/qcow2/qcow2.c: the "qcow2" format driver: open and close, reads,
- * flush, block status, resize.  Writes are in alloc.c. */
+/* formats/qcow2/qcow2.c: the "qcow2" format driver: its vtable, open and
+ * close, flush, block status, resize.  Reads are in read.c, writes in
+ * alloc.c.
+ *
+ * Order (qcow2.h): the top, since its vtable names check.c and create.c
+ * and open repairs a dirty image through check.c; it may call any file. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

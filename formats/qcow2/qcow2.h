@@ -1,26 +1,41 @@
 /* formats/qcow2/qcow2.h: the qcow2 driver's state, shared by its files.
  *
- *   header.c    cluster 0: parse, validate, serialise
- *   cache.c     L2-slice and refcount-block caches (write-back, ordered)
- *   refcount.c  reading and changing refcounts, growing the refcount table
- *   cluster.c   guest offset -> host mapping through L1/L2
- *   alloc.c     allocating writes, copy-on-write, zeroing and discard
- *   compress.c  compressed clusters (zlib raw deflate, zstd)
- *   snapshot.c  the internal snapshot table
- *   bitmap.c    persistent dirty bitmaps (read; marked in use when writing)
- *   check.c     consistency check and repair
- *   qcow2.c     the driver: open, close, read, write, flush, block status
+ * The files form an order, bottom to top; each calls only files below it
+ * (function pointers set at open let a lower file reach an upper one:
+ * the cache write hooks and s->release_locked):
+ *
+ *   header.c     cluster 0: parse, validate, serialise (no I/O)
+ *   compress.c   compressed descriptors; deflate and zstd
+ *   cache.c      a generic write-back cache of tables, with a dependency
+ *                between caches and a write hook
+ *   overlap.c    the metadata map; each owner registers its ranges
+ *   writeback.c  the order metadata reaches the file: cache dependency,
+ *                committing new tables, deferred frees, I/O epochs,
+ *                header writes, corrupt marking
+ *   refcount.c   reading and changing refcounts, growing the refcount table
+ *   cluster.c    the L1 table (load, grow) and L2 slices: guest -> host
+ *   snapshot.c   the internal snapshot table
+ *   bitmap.c     persistent dirty bitmaps (read; marked in use when writing)
+ *   backing.c    opening the backing file
+ *   read.c       guest reads, and the copy-on-write read
+ *   alloc.c      allocating writes, copy-on-write, zeroing and discard
+ *   info.c       what `info` shows
+ *   open.c       reading the metadata at open; building the metadata map
+ *   check.c      consistency check and repair
+ *   create.c     creating an image
+ *   qcow2.c      the driver: vtable, open, close, flush, block status, resize
  *
  * Locking: s->lock guards all metadata (L1, caches, refcounts, the
  * in-flight allocation list) and is never held across guest data I/O.
  * Functions named *_locked expect it held.
  *
- * Crash safety: refcount increments reach the file before any L2 entry
- * that points at the cluster (the L2 cache flushes the refcount cache and
- * syncs the file before writing a dirty slice); a new L2 table is durable
- * before the L1 entry points at it; refcount decrements are deferred until
- * the L2 entries that stopped using the cluster are durable.  A crash
- * therefore leaves at worst leaked clusters. */
+ * Crash safety (writeback.c): refcount increments reach the file before
+ * any L2 entry that points at the cluster (the L2 cache flushes the
+ * refcount cache and syncs the file before writing a dirty slice); a new
+ * L2 table is durable before the L1 entry points at it; refcount
+ * decrements are deferred until the L2 entries that stopped using the
+ * cluster are durable.  A crash therefore leaves at worst leaked
+ * clusters. */
 #ifndef DISKIMG_QCOW2_H
 #define DISKIMG_QCOW2_H
 

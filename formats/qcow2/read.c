@@ -2,7 +2,9 @@
  * and read without it: host data, a compressed cluster, the backing file
  * (zeroes past its end), or zeroes.  The run's I/O epoch keeps its host
  * clusters from being freed and reused until the read ends.  Writes use
- * qcow2_read_range() for copy-on-write.  Not for block status (qcow2.c). */
+ * qcow2_read_range() for copy-on-write.  Not for block status (qcow2.c).
+ *
+ * Order (qcow2.h): above backing.c; calls cluster, compress, writeback. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>

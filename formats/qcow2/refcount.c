@@ -5,7 +5,9 @@
  * decrements wait in s->pending until the L2 entries that stopped pointing
  * at the clusters are durable, so a crash never leaves a cluster that is
  * referenced with a refcount of 0.  New refcount blocks and a bigger
- * refcount table are written and synced before anything points at them. */
+ * refcount table are written and synced before anything points at them.
+ *
+ * Order (qcow2.h): above writeback.c; calls writeback, overlap, cache. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

@@ -2,7 +2,10 @@
  *
  * The table is parsed and validated at open, as qemu does: every length
  * is bounded before it is used, and the whole table is limited to 64 MiB.
- * A snapshot can be served read-only by switching to its L1 table. */
+ * A snapshot can be served read-only by switching to its L1 table.
+ *
+ * Order (qcow2.h): above cluster.c, which loads a snapshot's L1 table;
+ * calls cluster, overlap, header. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>

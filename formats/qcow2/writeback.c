@@ -14,7 +14,9 @@
  *
  * It sits above cache.c and overlap.c and below refcount.c: applying the
  * pending decrements is refcount.c's job, reached through the hook it sets
- * when it loads the refcount table (s->release_locked). */
+ * when it loads the refcount table (s->release_locked).
+ *
+ * Calls cache.c, overlap.c and header.c (qcow2.h gives the whole order). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
