@@ -290,6 +290,7 @@ static void qcow2_free_state(struct qcow2_state *s)
     free(s->meta);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->alloc_done);
+    pthread_cond_destroy(&s->io_done);
 }
 
 static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
@@ -304,6 +305,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     n->file->growable = true; /* clusters are appended; repair at open may append too */
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->alloc_done, NULL);
+    pthread_cond_init(&s->io_done, NULL);
     r = qcow2_read_header(s);
     if (r < 0) {
         goto fail;

@@ -171,6 +171,7 @@ struct qcow2_state {
 
     struct qcow2_pending_free *pending;
     size_t n_pending, cap_pending;
+    uint64_t pending_done; /* frees ever taken off the front of pending */
     /* Drops the refcounts of a pending free (set by refcount.c). */
     int (*release_locked)(struct qcow2_state *s, uint64_t offset, uint64_t bytes);
 
@@ -197,9 +198,14 @@ struct qcow2_state {
     size_t n_meta, cap_meta;
 
     /* Guest data I/O in flight, by epoch: clusters freed while an I/O
-     * that mapped them may still run are not reused until it ends. */
+     * that mapped them may still run are not reused until it ends.  A
+     * drain flips the epoch and waits on io_done (dropping the lock) for
+     * the old epoch's count to reach 0; one drain runs at a time. */
     _Atomic unsigned io_epoch;
     _Atomic unsigned io_count[2];
+    _Atomic unsigned io_waiters; /* drains waiting for a count to reach 0 */
+    bool io_draining;            /* under lock */
+    pthread_cond_t io_done;
 };
 
 static inline uint64_t qcow2_virtual_size(const struct qcow2_state *s)
@@ -248,13 +254,14 @@ int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t byt
 /* The caches' dependency and write checks, set once at open. */
 void qcow2_writeback_setup_caches(struct qcow2_state *s);
 /* Write every dirty table, in dependency order (refcounts, sync, L2),
- * then apply the pending frees. */
+ * then apply the pending frees (which may drop the lock for a while). */
 int qcow2_flush_caches_locked(struct qcow2_state *s);
 /* Data I/O epochs (see io_epoch): enter before guest data I/O on host
  * clusters that were mapped under the lock, leave after. */
 unsigned qcow2_io_enter(struct qcow2_state *s);
 void qcow2_io_leave(struct qcow2_state *s, unsigned epoch);
-/* Wait until every data I/O that entered before now has left. */
+/* Wait until every data I/O that entered before now has left.  Drops
+ * the lock while it waits: the caller re-reads what others may change. */
 void qcow2_io_drain_locked(struct qcow2_state *s);
 
 /* refcount.c */

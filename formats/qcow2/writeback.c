@@ -22,7 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -137,19 +137,37 @@ unsigned qcow2_io_enter(struct qcow2_state *s)
 
 void qcow2_io_leave(struct qcow2_state *s, unsigned epoch)
 {
-    atomic_fetch_sub(&s->io_count[epoch], 1);
+    /* The last I/O of an epoch wakes a drain waiting for it.  A drainer
+     * counts itself in io_waiters, under the lock, before it looks at the
+     * count: either we see it and wake it under the lock (it is then
+     * already waiting), or it sees our decrement and does not wait. */
+    if (atomic_fetch_sub(&s->io_count[epoch], 1) == 1 && atomic_load(&s->io_waiters) > 0) {
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->io_done);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 void qcow2_io_drain_locked(struct qcow2_state *s)
 {
-    unsigned old = atomic_fetch_add(&s->io_epoch, 1) & 1;
-    struct timespec ts = {0, 20000};
-
-    /* Only I/O that mapped clusters before this point counts, and it
-     * needs no lock to finish. */
-    while (atomic_load(&s->io_count[old]) != 0) {
-        nanosleep(&ts, NULL);
+    /* One drain at a time: a second flip while the first waits would
+     * send new I/O to the parity the first is waiting on, and let the
+     * second finish while I/O of the epoch before is still running. */
+    while (s->io_draining) {
+        pthread_cond_wait(&s->io_done, &s->lock);
     }
+    s->io_draining = true;
+    unsigned old = atomic_fetch_add(&s->io_epoch, 1) & 1;
+
+    /* Only I/O that mapped clusters before the flip counts, and it needs
+     * no lock to finish: the lock is free for others while we wait. */
+    atomic_fetch_add(&s->io_waiters, 1);
+    while (atomic_load(&s->io_count[old]) != 0) {
+        pthread_cond_wait(&s->io_done, &s->lock);
+    }
+    atomic_fetch_sub(&s->io_waiters, 1);
+    s->io_draining = false;
+    pthread_cond_broadcast(&s->io_done);
 }
 
 /* ---- deferred frees ---- */
@@ -172,19 +190,28 @@ int qcow2_free_later_locked(struct qcow2_state *s, uint64_t offset, uint64_t byt
     return 0;
 }
 
-/* The L2 entries that dropped the pending clusters are durable: drop
- * their refcounts. */
+/* The L2 entries that dropped every pending cluster are durable (the
+ * caller synced with the lock held): drop their refcounts. */
 static int apply_pending_frees_locked(struct qcow2_state *s)
 {
+    /* Only the frees queued until now: the drain drops the lock, and a
+     * free queued meanwhile has an L2 change that is not durable yet and
+     * may have been mapped by I/O the drain does not wait for.  Counted
+     * from the start of time, since another flush may apply ours first. */
+    uint64_t upto = s->pending_done + s->n_pending;
     int r = 0;
 
     /* Reads that mapped these clusters before they were dropped may still
      * be running: let them finish before the clusters can be reused. */
     qcow2_io_drain_locked(s);
-    for (size_t i = 0; i < s->n_pending && r == 0; i++) {
+    size_t n = upto > s->pending_done ? (size_t)(upto - s->pending_done) : 0;
+    for (size_t i = 0; i < n && r == 0; i++) {
         r = s->release_locked(s, s->pending[i].offset, s->pending[i].bytes);
     }
-    s->n_pending = 0;
+    /* Applied, or (after an error) given up as leaks. */
+    memmove(s->pending, s->pending + n, (s->n_pending - n) * sizeof *s->pending);
+    s->n_pending -= n;
+    s->pending_done += n;
     return r;
 }
 
