@@ -559,11 +559,18 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
     alloc_wait_locked(s, off, off + cs, false);
     alloc_register(s, &a, off, off + cs, false);
     r = alloc_compressed_bytes_locked(s, clen, &host);
+    bool allocated = r == 0;
     pthread_mutex_unlock(&s->lock);
     if (r == 0) {
         r = blk_pwrite(s->file, host, data, clen, 0);
     }
     pthread_mutex_lock(&s->lock);
+    if (allocated && r < 0) {
+        /* Nothing points at the data: give back the reference it took on
+         * every host cluster it touches. */
+        uint64_t first = host & ~(cs - 1);
+        (void)qcow2_update_refcount_locked(s, first, ROUND_UP(host + clen, cs) - first, -1);
+    }
     if (r == 0) {
         uint64_t *slice, bitmap;
         unsigned idx;

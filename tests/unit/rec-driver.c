@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "block/driver.h"
+#include "common/cleanup.h"
 #include "common/util.h"
 #include "rec-driver.h"
 
@@ -13,6 +14,9 @@ struct rec_call rec_calls[REC_MAX_CALLS];
 unsigned rec_ncalls;
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *rec_last_data;
+const uint8_t *rec_preload;
+uint64_t rec_preload_len;
+uint64_t rec_fail_writes_from;
 
 struct rec_state {
     uint8_t *data;
@@ -76,9 +80,13 @@ static int rec_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->flush_delay_us = (unsigned)opt_value(spec, "flushdelay", 0);
     s->has_zero = (int)opt_value(spec, "zero", 1);
     s->fua_eopnotsupp = (int)opt_value(spec, "fuaeopnotsupp", 0);
+    s->size = MAX(s->size, rec_preload_len);
     s->data = calloc(1, s->size);
     if (!s->data) {
         return -ENOMEM;
+    }
+    if (rec_preload_len) {
+        memcpy(s->data, rec_preload, rec_preload_len);
     }
     rec_last_data = s->data;
     n->request_alignment = (uint32_t)opt_value(spec, "align", 1);
@@ -137,6 +145,9 @@ static int rec_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov
     }
     if (rec_check_alignment(n, off, len) < 0 || off + len > s->size) {
         return -EINVAL;
+    }
+    if (rec_fail_writes_from && off + len > rec_fail_writes_from) {
+        return -EIO;
     }
     iov_to_buf(iov, iovcnt, 0, s->data + off, len);
     return 0;

@@ -22,6 +22,12 @@ struct rec_call {
 extern struct rec_call rec_calls[REC_MAX_CALLS];
 extern unsigned rec_ncalls;
 
+/* Contents the next rec node starts with (its size grows to hold them). */
+extern const uint8_t *rec_preload;
+extern uint64_t rec_preload_len;
+/* Non-zero: writes that reach past this offset fail with -EIO. */
+extern uint64_t rec_fail_writes_from;
+
 void rec_reset(void);
 unsigned rec_count(enum rec_op op);
 /* The in-memory contents of the most recently opened rec node. */
