@@ -28,7 +28,8 @@
 #define MAX_ALLOC_CLUSTERS 512
 
 /* Does an entry conflict with a new one of kind 'shared'? */
-static bool alloc_overlaps(const struct qcow2_state *s, uint64_t start, uint64_t end, bool shared)
+static bool alloc_overlaps_locked(const struct qcow2_state *s, uint64_t start, uint64_t end,
+                                  bool shared)
 {
     for (const struct qcow2_alloc *a = s->allocs; a; a = a->next) {
         if (a->guest_start < end && start < a->guest_end && !(shared && a->shared)) {
@@ -38,8 +39,8 @@ static bool alloc_overlaps(const struct qcow2_state *s, uint64_t start, uint64_t
     return false;
 }
 
-static void alloc_register(struct qcow2_state *s, struct qcow2_alloc *a, uint64_t start,
-                           uint64_t end, bool shared)
+static void alloc_register_locked(struct qcow2_state *s, struct qcow2_alloc *a, uint64_t start,
+                                  uint64_t end, bool shared)
 {
     a->guest_start = start;
     a->guest_end = end;
@@ -48,7 +49,7 @@ static void alloc_register(struct qcow2_state *s, struct qcow2_alloc *a, uint64_
     s->allocs = a;
 }
 
-static void alloc_unregister(struct qcow2_state *s, struct qcow2_alloc *a)
+static void alloc_unregister_locked(struct qcow2_state *s, struct qcow2_alloc *a)
 {
     for (struct qcow2_alloc **p = &s->allocs; *p; p = &(*p)->next) {
         if (*p == a) {
@@ -62,7 +63,7 @@ static void alloc_unregister(struct qcow2_state *s, struct qcow2_alloc *a)
 /* Wait (dropping the lock) until no conflicting write is in flight. */
 static void alloc_wait_locked(struct qcow2_state *s, uint64_t start, uint64_t end, bool shared)
 {
-    while (alloc_overlaps(s, start, end, shared)) {
+    while (alloc_overlaps_locked(s, start, end, shared)) {
         pthread_cond_wait(&s->alloc_done, &s->lock);
     }
 }
@@ -98,8 +99,8 @@ static int update_l2_locked(struct qcow2_state *s, uint64_t c_start, uint64_t n,
         }
         uint64_t old = qcow2_l2_get(s, slice, idx, &old_bitmap);
         qcow2_l2_set(s, slice, idx, (host + i * cs) | QCOW_OFLAG_COPIED, bitmap_all);
-        qcow2_cache_mark_dirty(s->l2_cache, slice);
-        qcow2_cache_put(s->l2_cache, slice);
+        qcow2_cache_mark_dirty_locked(s->l2_cache, slice);
+        qcow2_cache_put_locked(s->l2_cache, slice);
         r = qcow2_free_l2_entry_later_locked(s, old);
         if (r < 0) {
             return r;
@@ -122,17 +123,17 @@ static int write_allocating_locked(struct qcow2_state *s, uint64_t guest, const 
     int r;
 
     end = MIN(end, c_end);
-    if (alloc_overlaps(s, c_start, c_end, false)) {
+    if (alloc_overlaps_locked(s, c_start, c_end, false)) {
         alloc_wait_locked(s, c_start, c_end, false);
         *done = 0; /* the map may have changed: look again */
         return 0;
     }
-    alloc_register(s, &a, c_start, c_end, false);
+    alloc_register_locked(s, &a, c_start, c_end, false);
     n = (c_end - c_start) / cs;
     fresh_from = s->file_end;
     r = qcow2_alloc_clusters_locked(s, n, &host);
     if (r < 0) {
-        alloc_unregister(s, &a);
+        alloc_unregister_locked(s, &a);
         return r;
     }
     pthread_mutex_unlock(&s->lock);
@@ -184,7 +185,7 @@ static int write_allocating_locked(struct qcow2_state *s, uint64_t guest, const 
         /* Nothing points at the new clusters yet: give them back. */
         (void)qcow2_update_refcount_locked(s, host, n * cs, -1);
     }
-    alloc_unregister(s, &a);
+    alloc_unregister_locked(s, &a);
     if (r == 0) {
         r = maybe_apply_frees_locked(s);
     }
@@ -220,7 +221,7 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
         if (m.type == QCOW2_NORMAL && m.copied) {
             uint64_t cs = s->cluster_size;
             uint64_t c_start = (off + pos) & ~(cs - 1), c_end = ROUND_UP(off + pos + m.bytes, cs);
-            if (alloc_overlaps(s, c_start, c_end, true)) {
+            if (alloc_overlaps_locked(s, c_start, c_end, true)) {
                 /* A write that may move these clusters is in flight. */
                 alloc_wait_locked(s, c_start, c_end, true);
                 continue;
@@ -228,7 +229,7 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
             struct qcow2_alloc shared;
             struct iovec local[IOV_LOCAL];
             int k = iov_slice(iov, iovcnt, pos, m.bytes, local, IOV_LOCAL);
-            if (qcow2_overlaps_metadata(s, m.host, m.bytes)) {
+            if (qcow2_overlaps_metadata_locked(s, m.host, m.bytes)) {
                 r = qcow2_mark_corrupt_locked(s,
                                               "guest offset 0x%" PRIx64 " maps to metadata "
                                               "at 0x%" PRIx64,
@@ -239,13 +240,13 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
                 r = err_setx(EINVAL, "qcow2: write with too many iovec elements");
                 break;
             }
-            alloc_register(s, &shared, c_start, c_end, true);
+            alloc_register_locked(s, &shared, c_start, c_end, true);
             unsigned e = qcow2_io_enter(s);
             pthread_mutex_unlock(&s->lock);
             r = blk_pwritev(s->file, m.host, local, k, 0);
             qcow2_io_leave(s, e);
             pthread_mutex_lock(&s->lock);
-            alloc_unregister(s, &shared);
+            alloc_unregister_locked(s, &shared);
             done = m.bytes;
         } else {
             r = write_allocating_locked(s, off + pos, iov, iovcnt, pos, MIN(len - pos, m.bytes),
@@ -327,7 +328,7 @@ static int zero_units_locked(struct qcow2_state *s, uint64_t off, uint64_t len, 
         bool free_old = false;
 
         if (zero_now && !host && !compressed) {
-            qcow2_cache_put(s->l2_cache, slice); /* zero, and nothing to free */
+            qcow2_cache_put_locked(s->l2_cache, slice); /* zero, and nothing to free */
             pos = cl_end;
             continue;
         }
@@ -338,7 +339,7 @@ static int zero_units_locked(struct qcow2_state *s, uint64_t off, uint64_t len, 
             if (compressed) {
                 /* A compressed cluster can only be replaced whole. */
                 if (range != QCOW_ALLOC_MASK) {
-                    qcow2_cache_put(s->l2_cache, slice);
+                    qcow2_cache_put_locked(s->l2_cache, slice);
                     return -ENOTSUP;
                 }
                 entry = 0;
@@ -355,7 +356,7 @@ static int zero_units_locked(struct qcow2_state *s, uint64_t off, uint64_t len, 
             /* No zero flag: unallocated reads as zeroes only without a
              * backing file. */
             if (s->backing) {
-                qcow2_cache_put(s->l2_cache, slice);
+                qcow2_cache_put_locked(s->l2_cache, slice);
                 return -ENOTSUP;
             }
             entry = 0;
@@ -367,8 +368,8 @@ static int zero_units_locked(struct qcow2_state *s, uint64_t off, uint64_t len, 
             free_old = host || compressed;
         }
         qcow2_l2_set(s, slice, idx, entry, new_bitmap);
-        qcow2_cache_mark_dirty(s->l2_cache, slice);
-        qcow2_cache_put(s->l2_cache, slice);
+        qcow2_cache_mark_dirty_locked(s->l2_cache, slice);
+        qcow2_cache_put_locked(s->l2_cache, slice);
         if (free_old) {
             r = qcow2_free_l2_entry_later_locked(s, old);
             if (r < 0) {
@@ -397,9 +398,9 @@ static int zero_or_discard(struct qcow2_state *s, uint64_t off, uint64_t len, bo
         return r;
     }
     alloc_wait_locked(s, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
-    alloc_register(s, &a, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
+    alloc_register_locked(s, &a, off & ~(cs - 1), ROUND_UP(off + len, cs), false);
     r = zero_units_locked(s, off, len, unmap);
-    alloc_unregister(s, &a);
+    alloc_unregister_locked(s, &a);
     if (r == 0) {
         r = maybe_apply_frees_locked(s);
     }
@@ -557,7 +558,7 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
         return r;
     }
     alloc_wait_locked(s, off, off + cs, false);
-    alloc_register(s, &a, off, off + cs, false);
+    alloc_register_locked(s, &a, off, off + cs, false);
     r = alloc_compressed_bytes_locked(s, clen, &host);
     bool allocated = r == 0;
     pthread_mutex_unlock(&s->lock);
@@ -579,12 +580,12 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
             uint64_t nb = ((host + clen - 1) >> 9) - (host >> 9);
             uint64_t old = qcow2_l2_get(s, slice, idx, &bitmap);
             qcow2_l2_set(s, slice, idx, host | (nb << s->csize_shift) | QCOW_OFLAG_COMPRESSED, 0);
-            qcow2_cache_mark_dirty(s->l2_cache, slice);
-            qcow2_cache_put(s->l2_cache, slice);
+            qcow2_cache_mark_dirty_locked(s->l2_cache, slice);
+            qcow2_cache_put_locked(s->l2_cache, slice);
             r = qcow2_free_l2_entry_later_locked(s, old);
         }
     }
-    alloc_unregister(s, &a);
+    alloc_unregister_locked(s, &a);
     pthread_mutex_unlock(&s->lock);
     return r;
 }

@@ -251,7 +251,7 @@ static int cache_index_of(const struct qcow2_cache *c, const void *table)
     return (int)(((const char *)table - (const char *)c->tables) / c->table_size);
 }
 
-void qcow2_cache_put(struct qcow2_cache *c, void *table)
+void qcow2_cache_put_locked(struct qcow2_cache *c, void *table)
 {
     int i = cache_index_of(c, table);
 
@@ -260,7 +260,7 @@ void qcow2_cache_put(struct qcow2_cache *c, void *table)
     }
 }
 
-void qcow2_cache_mark_dirty(struct qcow2_cache *c, void *table)
+void qcow2_cache_mark_dirty_locked(struct qcow2_cache *c, void *table)
 {
     int i = cache_index_of(c, table);
 
@@ -270,7 +270,7 @@ void qcow2_cache_mark_dirty(struct qcow2_cache *c, void *table)
     }
 }
 
-bool qcow2_cache_is_dirty(const struct qcow2_cache *c)
+bool qcow2_cache_is_dirty_locked(const struct qcow2_cache *c)
 {
     return c->ndirty > 0;
 }

@@ -433,12 +433,12 @@ static int check_copied_flags(struct check_ctx *c, bool fix)
                     if (fix) {
                         e = (e & ~QCOW_OFLAG_COPIED) | (want_d ? QCOW_OFLAG_COPIED : 0);
                         qcow2_l2_set(s, slice, j, e, bitmap);
-                        qcow2_cache_mark_dirty(s->l2_cache, slice);
+                        qcow2_cache_mark_dirty_locked(s->l2_cache, slice);
                         c->res->corruptions_fixed++;
                     }
                 }
             }
-            qcow2_cache_put(s->l2_cache, slice);
+            qcow2_cache_put_locked(s->l2_cache, slice);
         }
     }
     return r;
@@ -588,7 +588,7 @@ static int rebuild_refcounts(struct check_ctx *c)
     s->reftable_offset = start << s->cluster_bits;
     s->file_end = MAX(s->file_end, end << s->cluster_bits);
     s->free_hint = 1;
-    return qcow2_build_metadata_map(s);
+    return qcow2_build_metadata_map_locked(s);
 }
 
 /* Compare counted references with the stored refcounts. */

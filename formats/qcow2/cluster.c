@@ -395,12 +395,12 @@ int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes, 
         }
         pos += take;
     }
-    qcow2_cache_put(s->l2_cache, slice);
+    qcow2_cache_put_locked(s->l2_cache, slice);
     return r;
 }
 
 /* Write one L1 entry through to the file. */
-static int write_l1_entry(struct qcow2_state *s, uint64_t l1i)
+static int write_l1_entry_locked(struct qcow2_state *s, uint64_t l1i)
 {
     uint64_t be = htobe64(s->l1[l1i]);
 
@@ -443,7 +443,7 @@ static int alloc_l2_table_locked(struct qcow2_state *s, uint64_t l1i, uint64_t o
         return r;
     }
     s->l1[l1i] = new_l2 | QCOW_OFLAG_COPIED;
-    r = write_l1_entry(s, l1i);
+    r = write_l1_entry_locked(s, l1i);
     if (r == 0 && old_l2) {
         /* Cached slices of the old table stay valid for the snapshot. */
         r = qcow2_free_later_locked(s, old_l2, cs);

@@ -89,7 +89,7 @@ int qcow2_make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes)
     return r;
 }
 
-int qcow2_build_metadata_map(struct qcow2_state *s)
+int qcow2_build_metadata_map_locked(struct qcow2_state *s)
 {
     int r = qcow2_reset_metadata_locked(s);
 

@@ -30,15 +30,15 @@ static size_t meta_first_end_after(const struct qcow2_state *s, uint64_t off)
     return lo;
 }
 
-bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len)
+bool qcow2_overlaps_metadata_locked(const struct qcow2_state *s, uint64_t off, uint64_t len)
 {
     size_t i = meta_first_end_after(s, off);
 
     return i < s->n_meta && s->meta[i].start < off + len;
 }
 
-bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
-                                   enum qcow2_meta_kind own)
+bool qcow2_overlaps_metadata_other_locked(const struct qcow2_state *s, uint64_t off, uint64_t len,
+                                          enum qcow2_meta_kind own)
 {
     for (size_t i = meta_first_end_after(s, off); i < s->n_meta && s->meta[i].start < off + len;
          i++) {

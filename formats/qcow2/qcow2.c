@@ -337,7 +337,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = qcow2_make_caches(s, opts->l2_cache_bytes);
     }
     if (r == 0) {
-        r = qcow2_build_metadata_map(s);
+        r = qcow2_build_metadata_map_locked(s);
         if (r < 0 && opts->read_only) {
             /* Overlapping metadata only matters to writers. */
             err_clear();

@@ -214,7 +214,7 @@ static inline uint64_t qcow2_virtual_size(const struct qcow2_state *s)
 }
 
 /* cache.c: tables are host-order arrays of u64 for L2 slices, raw bytes
- * for refcount blocks.  A table stays valid until qcow2_cache_put(). */
+ * for refcount blocks.  A table stays valid until qcow2_cache_put_locked(). */
 int qcow2_cache_new(struct qcow2_cache **out, struct blk_node *file, uint32_t table_size,
                     unsigned entries);
 /* Before a dirty table of c is written, depends_on is flushed and the
@@ -226,10 +226,10 @@ typedef int (*qcow2_cache_write_hook)(void *opaque, uint64_t offset, uint32_t si
 void qcow2_cache_set_write_hook(struct qcow2_cache *c, qcow2_cache_write_hook hook, void *opaque);
 void qcow2_cache_free(struct qcow2_cache *c);
 int qcow2_cache_get_locked(struct qcow2_cache *c, uint64_t offset, bool read, void **table);
-void qcow2_cache_put(struct qcow2_cache *c, void *table);
-void qcow2_cache_mark_dirty(struct qcow2_cache *c, void *table);
+void qcow2_cache_put_locked(struct qcow2_cache *c, void *table);
+void qcow2_cache_mark_dirty_locked(struct qcow2_cache *c, void *table);
 int qcow2_cache_flush_locked(struct qcow2_cache *c);
-bool qcow2_cache_is_dirty(const struct qcow2_cache *c);
+bool qcow2_cache_is_dirty_locked(const struct qcow2_cache *c);
 /* Forget the tables in [offset, offset+bytes) (their cluster was freed);
  * they must not be dirty-written. */
 void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset, uint64_t bytes);
@@ -277,9 +277,9 @@ int qcow2_alloc_clusters_locked(struct qcow2_state *s, uint64_t n, uint64_t *off
 
 /* overlap.c: the metadata map.  Is any of [off, off+len) metadata (of a
  * kind other than 'own', for writes of metadata itself)? */
-bool qcow2_overlaps_metadata(const struct qcow2_state *s, uint64_t off, uint64_t len);
-bool qcow2_overlaps_metadata_other(const struct qcow2_state *s, uint64_t off, uint64_t len,
-                                   enum qcow2_meta_kind own);
+bool qcow2_overlaps_metadata_locked(const struct qcow2_state *s, uint64_t off, uint64_t len);
+bool qcow2_overlaps_metadata_other_locked(const struct qcow2_state *s, uint64_t off, uint64_t len,
+                                          enum qcow2_meta_kind own);
 /* Owners register their ranges, and drop them when they free them. */
 int qcow2_add_metadata_locked(struct qcow2_state *s, uint64_t off, uint64_t len,
                               enum qcow2_meta_kind kind);
@@ -334,7 +334,7 @@ void qcow2_setup_geometry(struct qcow2_state *s);
 /* The L2 and refcount caches; l2_cache_bytes 0: the default size. */
 int qcow2_make_caches(struct qcow2_state *s, uint64_t l2_cache_bytes);
 /* Collect every metadata range; fails if two overlap. */
-int qcow2_build_metadata_map(struct qcow2_state *s);
+int qcow2_build_metadata_map_locked(struct qcow2_state *s);
 
 /* create.c */
 int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);

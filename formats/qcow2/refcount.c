@@ -155,7 +155,7 @@ int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t 
         return r;
     }
     *refcount = rb_get(s, block, cluster & ((1ULL << s->refblock_bits) - 1));
-    qcow2_cache_put(s->rb_cache, block);
+    qcow2_cache_put_locked(s->rb_cache, block);
     return 0;
 }
 
@@ -178,7 +178,7 @@ static int cluster_is_free(struct qcow2_state *s, uint64_t cluster, bool *free_)
     /* A hostile image may give metadata a refcount of 0: never hand that
      * cluster out. */
     *free_ = rc == 0 && cluster != 0 &&
-             !qcow2_overlaps_metadata(s, cluster << s->cluster_bits, s->cluster_size);
+             !qcow2_overlaps_metadata_locked(s, cluster << s->cluster_bits, s->cluster_size);
     return 0;
 }
 
@@ -248,8 +248,8 @@ static int alloc_refblock_locked(struct qcow2_state *s, uint64_t rt)
     if ((c >> s->refblock_bits) == rt) {
         rb_set(s, block, c & (per_block - 1), 1); /* counts itself */
     }
-    qcow2_cache_mark_dirty(s->rb_cache, block);
-    qcow2_cache_put(s->rb_cache, block);
+    qcow2_cache_mark_dirty_locked(s->rb_cache, block);
+    qcow2_cache_put_locked(s->rb_cache, block);
     r = qcow2_add_metadata_locked(s, off, s->cluster_size, QCOW2_META_REFBLOCK);
     /* The block (and its own refcount) is durable before the table
      * points at it. */
@@ -300,7 +300,7 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
         }
         uint64_t v = rb_get(s, block, c & (per_block - 1));
         if ((delta > 0 && v >= s->refcount_max) || (delta < 0 && v == 0)) {
-            qcow2_cache_put(s->rb_cache, block);
+            qcow2_cache_put_locked(s->rb_cache, block);
             if (delta > 0) {
                 return err_setx(ERANGE,
                                 "qcow2: refcount of cluster 0x%" PRIx64 " would exceed %" PRIu64,
@@ -310,8 +310,8 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
                 s, "refcount of cluster 0x%" PRIx64 " would drop below 0", c << s->cluster_bits);
         }
         rb_set(s, block, c & (per_block - 1), delta > 0 ? v + 1 : v - 1);
-        qcow2_cache_mark_dirty(s->rb_cache, block);
-        qcow2_cache_put(s->rb_cache, block);
+        qcow2_cache_mark_dirty_locked(s->rb_cache, block);
+        qcow2_cache_put_locked(s->rb_cache, block);
         if (delta < 0 && v == 1) {
             /* Free now: forget cached tables that lived there. */
             uint64_t off = c << s->cluster_bits;
@@ -416,8 +416,8 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
             if (r < 0) {
                 return r;
             }
-            qcow2_cache_mark_dirty(s->rb_cache, block);
-            qcow2_cache_put(s->rb_cache, block);
+            qcow2_cache_mark_dirty_locked(s->rb_cache, block);
+            qcow2_cache_put_locked(s->rb_cache, block);
             r = qcow2_add_metadata_locked(s, table[rt], cs, QCOW2_META_REFBLOCK);
             if (r < 0) {
                 return r;

@@ -99,7 +99,7 @@ int qcow2_write_metadata_locked(struct qcow2_state *s, uint64_t off, const void 
 static int check_table_write(struct qcow2_state *s, uint64_t off, uint32_t size,
                              enum qcow2_meta_kind kind, const char *what)
 {
-    if (qcow2_overlaps_metadata_other(s, off, size, kind)) {
+    if (qcow2_overlaps_metadata_other_locked(s, off, size, kind)) {
         return qcow2_mark_corrupt_locked(
             s, "%s at 0x%" PRIx64 " overlaps other metadata; not writing it", what, off);
     }
