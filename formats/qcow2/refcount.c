@@ -464,7 +464,6 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
         return qcow2_mark_corrupt_locked(s, "growing the refcount table failed: %s", err_msg_or(r));
     }
     free(old_table);
-    (void)old_entries;
     qcow2_remove_metadata_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
     return qcow2_free_later_locked(s, old_offset, ROUND_UP((uint64_t)old_entries * 8, cs));
 }
