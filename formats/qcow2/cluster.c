@@ -212,6 +212,17 @@ static bool past_eof(const struct qcow2_state *s, uint64_t off, uint64_t len)
     return off > s->file_end || len > s->file_end - off;
 }
 
+/* The L2 table an L1 entry names lies inside the file. */
+static int check_l2_table_locked(struct qcow2_state *s, uint64_t l1i, uint64_t l2_off)
+{
+    if (past_eof(s, l2_off, s->cluster_size)) {
+        return qcow2_mark_corrupt_locked(
+            s, "L1 entry %" PRIu64 ": L2 table at 0x%" PRIx64 " lies past the end of the file", l1i,
+            l2_off);
+    }
+    return 0;
+}
+
 /* Classify one standard (non-extended) L2 entry. */
 static int classify_entry(struct qcow2_state *s, uint64_t guest, uint64_t entry,
                           struct qcow2_map *m)
@@ -340,10 +351,9 @@ int qcow2_map_locked(struct qcow2_state *s, uint64_t guest, uint64_t max_bytes, 
         m->bytes = MIN(max_bytes, range_end - guest);
         return 0;
     }
-    if (past_eof(s, l2_off, cs)) {
-        return qcow2_mark_corrupt_locked(
-            s, "L1 entry %" PRIu64 ": L2 table at 0x%" PRIx64 " lies past the end of the file", l1i,
-            l2_off);
+    r = check_l2_table_locked(s, l1i, l2_off);
+    if (r < 0) {
+        return r;
     }
     uint64_t l2i = cluster & ((1ULL << s->l2_bits) - 1);
     uint64_t first_index = l2i % s->l2_slice_entries;
@@ -465,10 +475,9 @@ int qcow2_get_l2_slice_locked(struct qcow2_state *s, uint64_t guest, bool alloc,
                                          guest);
     }
     l2_off = s->l1[l1i] & L1E_OFFSET_MASK;
-    if (l2_off && past_eof(s, l2_off, s->cluster_size)) {
-        return qcow2_mark_corrupt_locked(
-            s, "L1 entry %" PRIu64 ": L2 table at 0x%" PRIx64 " lies past the end of the file", l1i,
-            l2_off);
+    r = l2_off ? check_l2_table_locked(s, l1i, l2_off) : 0;
+    if (r < 0) {
+        return r;
     }
     if (alloc && (!l2_off || !(s->l1[l1i] & QCOW_OFLAG_COPIED))) {
         r = alloc_l2_table_locked(s, l1i, l2_off);
