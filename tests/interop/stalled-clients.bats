@@ -113,6 +113,49 @@ EOF
     wait_until 30 log_count_is 3 "dropped during the handshake: time limit reached"
 }
 
+@test "a reply that would block hands the socket's reading over: pipelined writes go on, all replies arrive" {
+    # Two 128 KiB read replies the client does not take yet fill the
+    # socket buffers; the worker whose send would block must let another
+    # worker read the 15 writes behind them, or client and server both
+    # wait on full buffers until the timeout.
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    start_server -t "$TEST_DIR/a.img"
+    run py "$SOCK" "$TEST_DIR/a.img" <<'EOF'
+import random, sys, time
+import nbdraw as n
+sock, img = sys.argv[1], sys.argv[2]
+image = open(img, "rb").read()
+K = 128 * 1024
+for structured in (False, True):
+    c = n.connect(sock, timeout=20)
+    c.handshake(structured=structured)
+    pending = {}
+    for off in (0, K):
+        pending[c.send_request(n.CMD_READ, off, K)] = ("read", off)
+        time.sleep(0.2)
+    rnd = random.Random(structured)
+    written = {}
+    for i in range(15):
+        off = (8 << 20) + i * K
+        data = rnd.randbytes(64) * (K // 64)
+        written[off] = data
+        pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off)
+    while pending:
+        r = c.reply()
+        kind, off = pending.pop(r.cookie)
+        assert r.error == 0, (kind, off, r.error)
+        if kind == "read":
+            assert r.data == image[off:off + K], "read at %d differs" % off
+    for off, data in written.items():
+        r = c.read(off, K)
+        assert r.error == 0 and r.data == data, "write at %d differs" % off
+    c.send_request(n.CMD_DISC)
+print("ok")
+EOF
+    assert_success
+    assert_output ok
+}
+
 @test "--idle-timeout closes a connection whose client does not read replies; its slot goes to the next" {
     require_tool nbdinfo
     make_pattern "$TEST_DIR/a.img" $((32 << 20))
