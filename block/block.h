@@ -77,6 +77,41 @@ const char *blk_node_driver_name(const struct blk_node *n);
 const char *blk_node_filename(const struct blk_node *n);
 struct blk_node *blk_node_child(const struct blk_node *n);
 
+/* ---- Driver options (qemu's --image-opts keys) ---- */
+
+/* An ordered list of key=value strings for the drivers of one image.  The
+ * generic layer offers it to the format and protocol nodes of the image
+ * (not to backing files); each driver takes the keys it declares, parses
+ * their values itself and refuses bad ones.  A key that no driver of the
+ * image takes is refused too, unless a driver declares it optional: a
+ * default offered to every image, such as TLS credentials or a cache size.
+ * When a key is given twice the last one wins.  The strings are borrowed:
+ * they must outlive the list's use (argv, or a spec parsed in place), so
+ * the list can be copied by assignment. */
+#define BLK_KV_MAX 32
+struct blk_kv {
+    const char *key;
+    const char *value;
+};
+struct blk_kvlist {
+    struct blk_kv kv[BLK_KV_MAX];
+    unsigned n;
+};
+
+/* Append key=value; -E2BIG (with a message) when the list is full. */
+int blk_kv_add(struct blk_kvlist *l, const char *key, const char *value);
+/* The same, dropping earlier values of key first (a repeated flag). */
+int blk_kv_set(struct blk_kvlist *l, const char *key, const char *value);
+/* Append every "key=value" of "k1=v1,k2=v2", splitting spec in place;
+ * -EINVAL with a message for an item without '='. */
+int blk_kv_parse(struct blk_kvlist *l, char *spec);
+/* The value of key (the last one given), or NULL; l may be NULL. */
+const char *blk_kv_get(const struct blk_kvlist *l, const char *key);
+/* Before any image is opened: refuse a key that no registered driver
+ * takes, and a value that a driver taking the key could not parse.
+ * Whether the image's own drivers take it is known at open. */
+int blk_kv_check(const struct blk_kvlist *l);
+
 /* ---- Images ---- */
 
 struct blk_image_opts {
@@ -126,6 +161,10 @@ struct blk_image_opts {
     /* NBD: connections to open when the server allows multi-conn (bulk
      * copies and benchmarks; 0 or 1: one) */
     unsigned nbd_connections;
+    /* What the image's drivers take as key=value (an internal snapshot,
+     * a window of a raw file, TLS credentials...): each driver declares
+     * and checks its own keys (see "Driver options" above). */
+    struct blk_kvlist options;
 };
 
 struct blk_image;

@@ -77,6 +77,10 @@ struct blk_open_opts {
     bool untrusted;
     bool no_flush;  /* cache=unsafe: protocol flushes are no-ops */
     bool for_check; /* opened by check: no automatic repair */
+    /* The image's driver options (block.h), offered to its format and
+     * protocol nodes; NULL: none.  Each driver reads the keys it declares
+     * in blk_driver.options. */
+    const struct blk_kvlist *options;
     /* nbd: TLS credentials for nbds:// (the URI's own parameters win) */
     const char *tls_creds;
     const char *tls_psk;
@@ -91,10 +95,26 @@ struct blk_open_opts {
     const struct blk_chain *chain; /* files above this one */
 };
 
+/* One key=value option a driver takes (blk_driver.options).  The type
+ * lets options be checked before any image is opened (blk_kv_check); the
+ * driver still reads the value itself, with blk_opt_size and the like,
+ * and refuses what it cannot use with blk_opt_error. */
+enum blk_opt_type { BLK_OPT_STRING, BLK_OPT_SIZE, BLK_OPT_UINT };
+struct blk_opt_desc {
+    const char *key;
+    enum blk_opt_type type;
+    /* A default offered to every image (credentials, a cache size): an
+     * image whose drivers do not take it ignores it. */
+    bool optional;
+};
+
 struct blk_driver {
     const char *name;  /* "raw", "qcow2", "file", "nbd" */
     bool is_format;    /* formats read and write through n->file */
     size_t state_size; /* the generic layer allocates n->opaque */
+    /* The keys this driver takes from the image's options, ending with
+     * {NULL}; NULL: none. */
+    const struct blk_opt_desc *options;
 
     /* Protocols: does this filename belong to the driver ("nbd://...")? */
     bool (*claims)(const char *filename);
@@ -224,6 +244,8 @@ struct blk_node {
 /* Registry. */
 void blk_register_driver(const struct blk_driver *drv);
 const struct blk_driver *blk_find_driver(const char *name);
+/* The i-th registered driver, or NULL past the last. */
+const struct blk_driver *blk_driver_at(size_t i);
 /* The protocol driver that claims this filename ("file" if none does, or
  * NULL with a message when it is a URL that no driver claims). */
 const struct blk_driver *blk_protocol_for(const char *filename);
@@ -250,6 +272,20 @@ const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len, const 
     {                                                                                              \
         blk_register_driver(&(drv));                                                               \
     }
+
+/* Driver options (block/driver-options.c).  The one convention for a bad
+ * or unknown key: a one-line message "DRIVER: option 'KEY': REASON"
+ * (driver NULL: "option 'KEY': REASON"), and -EINVAL. */
+int blk_opt_error(const char *driver, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Read a size ("64k") or an unsigned number: 1 and *out when key is in l,
+ * 0 (*out unchanged) when it is not, -EINVAL when the value is bad. */
+int blk_opt_size(const struct blk_kvlist *l, const char *driver, const char *key, uint64_t *out);
+int blk_opt_uint(const struct blk_kvlist *l, const char *driver, const char *key, unsigned *out);
+/* Every key of l is taken by fmt or proto, or is optional (-EINVAL
+ * naming the first that is not). */
+int blk_opts_check_stack(const struct blk_kvlist *l, const struct blk_driver *fmt,
+                         const struct blk_driver *proto);
 
 /* Open a format node over a protocol node for o->filename: the format is
  * 'format', or probed when NULL (then o->probed is passed as true).

@@ -49,6 +49,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
         .tls_psk = opts->tls_psk,
         .tls_username = opts->tls_username,
         .connections = opts->nbd_connections,
+        .options = &opts->options,
         .perms = {.perm = BLK_PERM_CONSISTENT_READ,
                   .shared = BLK_PERM_SHARED_DEFAULT,
                   .shared_here = opts->share_in_process ? BLK_PERM_ALL : BLK_PERM_SHARED_DEFAULT},

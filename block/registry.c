@@ -22,6 +22,11 @@ void blk_register_driver(const struct blk_driver *drv)
     }
 }
 
+const struct blk_driver *blk_driver_at(size_t i)
+{
+    return i < n_drivers ? drivers[i] : NULL;
+}
+
 const struct blk_driver *blk_find_driver(const char *name)
 {
     for (size_t i = 0; i < n_drivers; i++) {

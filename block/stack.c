@@ -105,6 +105,13 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
         blk_node_close(file);
         return r;
     }
+    r = blk_opts_check_stack(o->options, fmt, proto);
+    if (r < 0) {
+        CLEANUP_FREE char *esc = str_escape(o->filename);
+        err_prefix("%s", esc ? esc : "?");
+        blk_node_close(file);
+        return r;
+    }
     if ((o->offset || o->size_set) && strcmp(fmt->name, "raw") != 0) {
         blk_node_close(file);
         return err_setx(EINVAL, "%s: offset and size apply to raw images only, not %s", o->filename,
