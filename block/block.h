@@ -127,14 +127,9 @@ struct blk_image_opts {
     bool read_only;
     enum blk_detect_zeroes detect_zeroes;
     enum blk_discard_mode discard;
-    /* raw: export a window of the file */
-    uint64_t offset;
-    uint64_t size;
-    bool size_set;
-    /* qcow2 */
-    const char *snapshot;    /* -l: an internal snapshot, read-only */
-    uint64_t l2_cache_bytes; /* 0 = default (enough for the whole image, at most 32 MiB) */
-    bool no_backing;         /* metadata only: leave the backing file closed */
+    /* Metadata only (info, check): leave the backing file closed.  Backing
+     * files are a block-layer notion, whatever format names them. */
+    bool no_backing;
     /* --untrusted: open the image alone; whatever it names beyond its own
      * file (a backing or data file) is an error naming that reference,
      * unless no_backing (metadata only); the format must be given or
@@ -154,13 +149,6 @@ struct blk_image_opts {
      * one raw disk written side by side, a qcow2 snapshot beside the live
      * image.  Two writers of one qcow2 file are still refused. */
     bool share_in_process;
-    /* nbds:// credentials (--tls-creds, --tls-psk, --tls-username) */
-    const char *tls_creds;
-    const char *tls_psk;
-    const char *tls_username;
-    /* NBD: connections to open when the server allows multi-conn (bulk
-     * copies and benchmarks; 0 or 1: one) */
-    unsigned nbd_connections;
     /* What the image's drivers take as key=value (an internal snapshot,
      * a window of a raw file, TLS credentials...): each driver declares
      * and checks its own keys (see "Driver options" above). */

@@ -61,36 +61,24 @@ struct blk_open_opts {
     /* One pass over the image (convert, compare): give page-cache pages
      * back as it goes (block/file-posix-stream.c). */
     bool stream;
-    /* raw format: a window [offset, offset+size) of the child */
-    uint64_t offset;
-    uint64_t size;
-    bool size_set;
     bool probed; /* the format was guessed, not named (-f) */
-    /* qcow2 */
-    const char *snapshot;    /* open this internal snapshot, read-only */
-    uint64_t l2_cache_bytes; /* 0 = default */
-    bool no_backing;         /* do not open the backing file (info) */
     /* --untrusted: the image is opened alone.  A format refuses to open
      * anything an image names (backing file, data file, extent) with an
      * error naming it, unless no_backing says the caller reads metadata
      * only; probing must be unambiguous. */
     bool untrusted;
-    bool no_flush;  /* cache=unsafe: protocol flushes are no-ops */
-    bool for_check; /* opened by check: no automatic repair */
+    bool no_backing; /* do not open the backing file (info, check: metadata only) */
+    bool no_flush;   /* cache=unsafe: protocol flushes are no-ops */
+    bool for_check;  /* opened by check: no automatic repair */
     /* The image's driver options (block.h), offered to its format and
      * protocol nodes; NULL: none.  Each driver reads the keys it declares
      * in blk_driver.options. */
     const struct blk_kvlist *options;
-    /* nbd: TLS credentials for nbds:// (the URI's own parameters win) */
-    const char *tls_creds;
-    const char *tls_psk;
-    const char *tls_username;
     /* Permissions this node's user needs and shares (enum blk_perm); the
      * file driver locks them.  Every opener sets them: 0 shares nothing. */
     struct blk_perms perms;
     bool force_share;              /* read-only: share everything, whatever is asked (-U) */
     bool no_lock;                  /* file: a lock of this process covers it already (create) */
-    unsigned connections;          /* nbd: at most this many with multi-conn (0, 1: one) */
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
 };

@@ -6,7 +6,6 @@
  * what the format needs before the format reads it. */
 #include <errno.h>
 #include <inttypes.h>
-#include <string.h>
 #include <sys/stat.h>
 
 #include "common/cleanup.h"
@@ -111,11 +110,6 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
         err_prefix("%s", esc ? esc : "?");
         blk_node_close(file);
         return r;
-    }
-    if ((o->offset || o->size_set) && strcmp(fmt->name, "raw") != 0) {
-        blk_node_close(file);
-        return err_setx(EINVAL, "%s: offset and size apply to raw images only, not %s", o->filename,
-                        fmt->name);
     }
     fo.probed = format == NULL;
     return blk_node_open(out, fmt, file, &fo);

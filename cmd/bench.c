@@ -331,9 +331,8 @@ static void bench_report_human(struct bench *b, double secs)
 
 static int bench_run(int argc, char **argv)
 {
-    struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK,
-                               .discard = BLK_DISCARD_UNMAP,
-                               .nbd_connections = CMD_NBD_CONNECTIONS};
+    struct blk_image_opts o = {
+        .cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP, .options = CMD_BULK_OPTIONS};
     static struct bench b;
     uint64_t depth = 64;
     bool json = false;

@@ -92,7 +92,8 @@ enum { CMD_OPT_UNTRUSTED = 0x4100 };
     "                         anything else it names (for downloaded images)\n"
 struct blk_image_opts;
 /* Applies an option every image-opening subcommand shares (TLS,
- * --untrusted) to o; returns true if c was one. */
+ * --untrusted) to o; returns true if c was one.  The TLS flags become
+ * keys of o->options that the image's drivers may take (nbds:// does). */
 bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 #define CMD_TLS_HELP                                                                               \
     "      --tls-creds=DIR    nbds:// X.509: DIR/ca-cert.pem, client-cert.pem and\n"               \
@@ -104,7 +105,12 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);
 
 /* NBD connections for bulk work (convert, bench) where the server
- * allows multi-conn; metadata commands use one. */
-#define CMD_NBD_CONNECTIONS 4
+ * allows multi-conn; metadata commands use one.  A default offered to
+ * every image, as the "connections" key its drivers may take. */
+#define CMD_NBD_CONNECTIONS "4"
+#define CMD_BULK_OPTIONS                                                                           \
+    {                                                                                              \
+        .kv = {{.key = "connections", .value = CMD_NBD_CONNECTIONS}}, .n = 1                       \
+    }
 
 #endif

@@ -186,7 +186,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             o->create.backing_format = optarg;
             break;
         case 'l':
-            o->src.snapshot = optarg;
+            blk_kv_set(&o->src.options, "snapshot", optarg); /* for its format driver */
             break;
         case 'U':
             o->src.force_share = true; /* the target is written: never shared */
@@ -285,11 +285,11 @@ static int convert_run(int argc, char **argv)
         .src = {.read_only = true,
                 .cache = BLK_CACHE_WRITEBACK,
                 .stream = true,
-                .nbd_connections = CMD_NBD_CONNECTIONS},
+                .options = CMD_BULK_OPTIONS},
         .dst = {.cache = BLK_CACHE_WRITEBACK,
                 .stream = true,
                 .discard = BLK_DISCARD_UNMAP,
-                .nbd_connections = CMD_NBD_CONNECTIONS},
+                .options = CMD_BULK_OPTIONS},
         .create = {.format = "raw"},
         .copy = {.workers = DEFAULT_WORKERS, .min_sparse = 4096},
         .create_target = true,

@@ -254,9 +254,7 @@ static int info_open(const char *filename, const char *format, const struct blk_
                                .no_backing = true,
                                .force_share = tls->force_share,
                                .untrusted = tls->untrusted,
-                               .tls_creds = tls->tls_creds,
-                               .tls_psk = tls->tls_psk,
-                               .tls_username = tls->tls_username};
+                               .options = tls->options};
     struct blk_image *img = NULL;
     int r = blk_image_open(&img, &o);
 
@@ -282,7 +280,7 @@ static int info_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
-    struct blk_image_opts tls = {0}; /* only the TLS fields, force_share and untrusted */
+    struct blk_image_opts tls = {0}; /* only the TLS keys, force_share and untrusted */
     bool json = false, chain = false;
     struct json_writer w;
     struct {

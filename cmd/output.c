@@ -61,14 +61,15 @@ bool cmd_append_options(char **list, const char *more)
 bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o)
 {
     switch (c) {
+    /* A repeated flag replaces its key, so the list cannot fill up. */
     case CMD_OPT_TLS_CREDS:
-        o->tls_creds = arg;
+        blk_kv_set(&o->options, "tls-creds", arg);
         return true;
     case CMD_OPT_TLS_PSK:
-        o->tls_psk = arg;
+        blk_kv_set(&o->options, "tls-psk", arg);
         return true;
     case CMD_OPT_TLS_USERNAME:
-        o->tls_username = arg;
+        blk_kv_set(&o->options, "tls-username", arg);
         return true;
     case CMD_OPT_UNTRUSTED:
         o->untrusted = true;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "nbd/protocol.h"
@@ -112,7 +113,9 @@ void serve_usage(FILE *f)
 }
 
 /* One image key of --image-opts or --export ("what" names the option in
- * messages).  Returns 1 if the key is not an image key. */
+ * messages): the block layer's own keys (format, file, cache, read-only...)
+ * fill the generic fields; any other key goes to the image's drivers, which
+ * check it (blk_kv_check). */
 static int image_key(struct blk_image_opts *img, const char *key, const char *value,
                      const char *what)
 {
@@ -127,15 +130,6 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
         if (strcmp(value, "file") != 0) {
             return cmd_usage_error("serve", "%s: file.driver=%s is not supported", what, value);
         }
-    } else if (strcmp(key, "offset") == 0) {
-        if (parse_size(value, &img->offset) < 0) {
-            return cmd_usage_error("serve", "%s: invalid offset '%s'", what, value);
-        }
-    } else if (strcmp(key, "size") == 0) {
-        if (parse_size(value, &img->size) < 0) {
-            return cmd_usage_error("serve", "%s: invalid size '%s'", what, value);
-        }
-        img->size_set = true;
     } else if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
         if (blk_aio_parse(value, &img->aio) < 0) {
             return cmd_usage_error("serve", "%s: invalid aio '%s'", what, value);
@@ -158,10 +152,6 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
         if (b) {
             img->cache = BLK_CACHE_UNSAFE;
         }
-    } else if (strcmp(key, "l2-cache-size") == 0) {
-        if (parse_size(value, &img->l2_cache_bytes) < 0) {
-            return cmd_usage_error("serve", "%s: invalid l2-cache-size '%s'", what, value);
-        }
     } else if (strcmp(key, "read-only") == 0) {
         if (parse_bool(value, &img->read_only) < 0) {
             return cmd_usage_error("serve", "%s: invalid read-only '%s'", what, value);
@@ -170,9 +160,6 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
         if (parse_bool(value, &img->force_share) < 0) {
             return cmd_usage_error("serve", "%s: invalid force-share '%s'", what, value);
         }
-    } else if (strcmp(key, "snapshot") == 0) {
-        img->snapshot = value;
-        img->read_only = true;
     } else if (strcmp(key, "discard") == 0) {
         if (blk_discard_parse(value, &img->discard) < 0) {
             return cmd_usage_error("serve", "%s: invalid discard '%s'", what, value);
@@ -181,8 +168,18 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
         if (blk_detect_zeroes_parse(value, &img->detect_zeroes) < 0) {
             return cmd_usage_error("serve", "%s: invalid detect-zeroes '%s'", what, value);
         }
-    } else {
-        return 1;
+    } else if (blk_kv_add(&img->options, key, value) < 0) {
+        return cmd_usage_error("serve", "%s: %s", what, err_msg());
+    }
+    return 0;
+}
+
+/* The keys the image's drivers will get: does a driver take each one, with
+ * a value it can parse?  Checked before anything is opened. */
+static int check_driver_keys(const struct blk_image_opts *img, const char *what)
+{
+    if (blk_kv_check(&img->options) < 0) {
+        return cmd_usage_error("serve", "%s%s%s", what ? what : "", what ? ": " : "", err_msg());
     }
     return 0;
 }
@@ -209,9 +206,7 @@ static int spec_foreach(char *spec, const char *what,
 
 static int image_opts_key(void *opaque, const char *key, const char *value)
 {
-    int r = image_key(opaque, key, value, "--image-opts");
-
-    return r == 1 ? cmd_usage_error("serve", "--image-opts: unknown option '%s'", key) : r;
+    return image_key(opaque, key, value, "--image-opts");
 }
 
 static int add_bitmap(const char **list, unsigned *n, const char *name)
@@ -226,7 +221,6 @@ static int add_bitmap(const char **list, unsigned *n, const char *name)
 static int export_key(void *opaque, const char *key, const char *value)
 {
     struct serve_export *e = opaque;
-    int r;
 
     if (strcmp(key, "name") == 0) {
         e->name = value;
@@ -239,8 +233,7 @@ static int export_key(void *opaque, const char *key, const char *value)
     if (strcmp(key, "bitmap") == 0) {
         return add_bitmap(e->bitmaps, &e->n_bitmaps, value);
     }
-    r = image_key(&e->img, key, value, "--export");
-    return r == 1 ? cmd_usage_error("serve", "--export: unknown key '%s'", key) : r;
+    return image_key(&e->img, key, value, "--export");
 }
 
 /* --export name=NAME,file=PATH[,format=..][,read-only=on][,description=..]
@@ -257,15 +250,16 @@ static int serve_parse_export(struct serve_opts *o, const struct blk_image_opts 
     }
     *e = (struct serve_export){.img = *defaults};
     e->img.filename = NULL;
-    e->img.offset = e->img.size = 0;
-    e->img.size_set = false;
-    e->img.snapshot = NULL;
     r = spec_foreach(spec, "--export", export_key, e);
     if (r) {
         return r;
     }
     if (!e->name || !e->img.filename) {
         return cmd_usage_error("serve", "--export needs name=NAME and file=PATH");
+    }
+    r = check_driver_keys(&e->img, "--export");
+    if (r) {
+        return r;
     }
     o->n_exports++;
     return 0;
@@ -396,7 +390,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             o->img.untrusted = true;
             break;
         case 'l':
-            o->img.snapshot = optarg; /* served read-only: see below */
+            o->snapshot = optarg; /* served read-only: see below */
             break;
         case 'B': {
             int r = add_bitmap(o->bitmaps, &o->n_bitmaps, optarg);
@@ -406,20 +400,18 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             break;
         }
         case OPT_L2_CACHE:
-            if (parse_size(optarg, &o->img.l2_cache_bytes) < 0 || o->img.l2_cache_bytes == 0) {
+            /* A default of every export (0 is refused here, where the key
+             * of an --export takes it as "the default size"). */
+            if (parse_size(optarg, &v) < 0 || v == 0) {
                 return cmd_usage_error("serve", "invalid --l2-cache-size '%s'", optarg);
             }
+            blk_kv_set(&o->img.options, "l2-cache-size", optarg);
             break;
         case 'o':
-            if (parse_size(optarg, &o->img.offset) < 0) {
-                return cmd_usage_error("serve", "invalid offset '%s'", optarg);
-            }
+            o->offset = optarg;
             break;
         case OPT_SIZE:
-            if (parse_size(optarg, &o->img.size) < 0) {
-                return cmd_usage_error("serve", "invalid size '%s'", optarg);
-            }
-            o->img.size_set = true;
+            o->size = optarg;
             break;
         case OPT_IMAGE_OPTS:
             o->image_opts = true;
@@ -559,9 +551,23 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
      * --image-opts says about IMAGE. */
     const struct blk_image_opts defaults = o->img;
     if (optind < argc) {
-        /* The positional IMAGE: export -x NAME (default ""). */
+        /* The positional IMAGE: export -x NAME (default "").  Its flags
+         * are keys for its drivers, before --image-opts (which wins). */
+        int r = 0;
+        if (o->snapshot) {
+            r = blk_kv_set(&o->img.options, "snapshot", o->snapshot);
+        }
+        if (r == 0 && o->offset) {
+            r = blk_kv_set(&o->img.options, "offset", o->offset);
+        }
+        if (r == 0 && o->size) {
+            r = blk_kv_set(&o->img.options, "size", o->size);
+        }
+        if (r < 0) {
+            return cmd_usage_error("serve", "%s", err_msg());
+        }
         if (o->image_opts) {
-            int r = spec_foreach(argv[optind], "--image-opts", image_opts_key, &o->img);
+            r = spec_foreach(argv[optind], "--image-opts", image_opts_key, &o->img);
             if (r) {
                 return r;
             }
@@ -571,13 +577,16 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         } else {
             o->img.filename = argv[optind];
         }
+        r = check_driver_keys(&o->img, o->image_opts ? "--image-opts" : NULL);
+        if (r) {
+            return r;
+        }
         struct serve_export *e = &o->exports[o->n_exports++];
         *e = (struct serve_export){
             .name = o->export_name, .description = o->description, .img = o->img};
-        e->img.read_only |= e->img.snapshot != NULL; /* a snapshot is served read-only */
         memcpy(e->bitmaps, o->bitmaps, sizeof e->bitmaps);
         e->n_bitmaps = o->n_bitmaps;
-    } else if (o->n_bitmaps || o->img.snapshot) {
+    } else if (o->n_bitmaps || o->snapshot) {
         return cmd_usage_error("serve", "%s applies to IMAGE; give --export a %s= key instead",
                                o->n_bitmaps ? "-B" : "-l", o->n_bitmaps ? "bitmap" : "snapshot");
     }
@@ -588,7 +597,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         }
     }
     for (unsigned i = 0; i < o->n_exports; i++) {
-        const struct serve_export *e = &o->exports[i];
+        struct serve_export *e = &o->exports[i];
+        /* -l, snapshot=: a snapshot is served read-only, whatever read-only= says */
+        e->img.read_only |= blk_kv_get(&e->img.options, "snapshot") != NULL;
         if (e->img.force_share && !e->img.read_only) {
             return cmd_usage_error("serve",
                                    "-U (--force-share) needs -r (read-only=on): a writable "

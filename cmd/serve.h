@@ -34,6 +34,11 @@ struct serve_opts {
     const char *bitmaps[NBD_MAX_BITMAPS]; /* -B, for the positional IMAGE */
     unsigned n_bitmaps;
     const char *pid_file;
+    /* -l, -o, --size: keys for the positional IMAGE's drivers only (an
+     * --export does not inherit them) */
+    const char *snapshot;
+    const char *offset;
+    const char *size;
     bool image_opts;
     bool fork;
     struct nbd_tls_config tls;

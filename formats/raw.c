@@ -41,31 +41,45 @@ static int raw_probe(const uint8_t *buf, size_t len, const char *filename)
     return 1; /* anything is raw, with the lowest confidence */
 }
 
+/* The keys raw takes: a window [offset, offset+size) of its child. */
+static const struct blk_opt_desc raw_options[] = {
+    {.key = "offset", .type = BLK_OPT_SIZE},
+    {.key = "size", .type = BLK_OPT_SIZE},
+    {NULL},
+};
+
 static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct raw_state *s = n->opaque;
     int64_t child_len = blk_get_length(n->file);
+    uint64_t offset = 0, size = 0;
+    int size_set, r;
 
     if (child_len < 0) {
         return (int)child_len;
     }
-    if (opts->offset > (uint64_t)child_len) {
+    r = blk_opt_size(opts->options, "raw", "offset", &offset);
+    if (r < 0) {
+        return r;
+    }
+    size_set = blk_opt_size(opts->options, "raw", "size", &size);
+    if (size_set < 0) {
+        return size_set;
+    }
+    if (offset > (uint64_t)child_len) {
         return err_setx(EINVAL,
                         "%s: offset %" PRIu64 " is beyond the end of the file (%" PRId64 ")",
-                        n->filename, opts->offset, child_len);
+                        n->filename, offset, child_len);
     }
-    if (opts->size_set && opts->size > (uint64_t)child_len - opts->offset) {
+    if (size_set && size > (uint64_t)child_len - offset) {
         return err_setx(EINVAL,
                         "%s: offset %" PRIu64 " plus size %" PRIu64
                         " is beyond the end of the file (%" PRId64 ")",
-                        n->filename, opts->offset, opts->size, child_len);
+                        n->filename, offset, size, child_len);
     }
-    if (opts->snapshot) {
-        return err_setx(ENOTSUP, "%s: raw images have no internal snapshots (-l)", n->filename);
-    }
-    s->offset = opts->offset;
-    s->size = opts->size;
-    s->size_set = opts->size_set;
+    s->offset = offset;
+    s->size = size;
+    s->size_set = size_set;
     s->probed = opts->probed;
     pthread_mutex_init(&s->guard_lock, NULL);
     n->supported_write_flags = n->file->supported_write_flags & BLK_REQ_WRITE_MASK;
@@ -317,6 +331,7 @@ static int raw_create(struct blk_node *file, const struct blk_create_opts *o, ch
 static const struct blk_driver raw_driver = {
     .name = "raw",
     .is_format = true,
+    .options = raw_options,
     .state_size = sizeof(struct raw_state),
     .probe = raw_probe,
     .open = raw_open,

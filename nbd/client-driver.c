@@ -54,21 +54,40 @@ static struct nbd_client_conn *pick_conn(struct nbd_drv *d)
     return d->conns[atomic_fetch_add_explicit(&d->next, 1, memory_order_relaxed) % d->nconns];
 }
 
+/* The keys nbd takes, all defaults offered to every image (the
+ * subcommands' --tls-creds, --tls-psk, --tls-username, and the connections
+ * bulk copies would like): images that are not NBD URIs ignore them. */
+static const struct blk_opt_desc nbd_options[] = {
+    {.key = "tls-creds", .type = BLK_OPT_STRING, .optional = true},
+    {.key = "tls-psk", .type = BLK_OPT_STRING, .optional = true},
+    {.key = "tls-username", .type = BLK_OPT_STRING, .optional = true},
+    /* at most this many with multi-conn (0, 1: one) */
+    {.key = "connections", .type = BLK_OPT_UINT, .optional = true},
+    {NULL},
+};
+
 static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct nbd_drv *d = n->opaque;
-    unsigned want;
+    unsigned want, connections = 0;
     int r;
 
+    r = blk_opt_uint(opts->options, "nbd", "connections", &connections);
+    if (r < 0) {
+        return r;
+    }
     r = nbd_uri_parse(opts->filename, &d->uri);
     if (r < 0) {
         return r;
     }
     if (d->uri.tls) {
         struct nbd_tls_config tc = {
-            .creds_dir = d->uri.tls_certificates ? d->uri.tls_certificates : opts->tls_creds,
-            .psk_file = d->uri.tls_psk_file ? d->uri.tls_psk_file : opts->tls_psk,
-            .psk_identity = d->uri.tls_username ? d->uri.tls_username : opts->tls_username,
+            .creds_dir = d->uri.tls_certificates ? d->uri.tls_certificates
+                                                 : blk_kv_get(opts->options, "tls-creds"),
+            .psk_file =
+                d->uri.tls_psk_file ? d->uri.tls_psk_file : blk_kv_get(opts->options, "tls-psk"),
+            .psk_identity = d->uri.tls_username ? d->uri.tls_username
+                                                : blk_kv_get(opts->options, "tls-username"),
             /* over TCP the certificate must name the host we dialled */
             .hostname = d->uri.tls_hostname  ? d->uri.tls_hostname
                         : d->uri.unix_socket ? NULL
@@ -106,7 +125,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
      * (qemu-nbd -e 2): extra connections that wait in its backlog give up
      * soon, and the work goes on with those that got through. */
     want = (d->exp.eflags & NBD_FLAG_CAN_MULTI_CONN)
-               ? MIN(MAX(opts->connections, 1u), (unsigned)NBD_CLIENT_MAX_CONNS)
+               ? MIN(MAX(connections, 1u), (unsigned)NBD_CLIENT_MAX_CONNS)
                : 1;
     for (unsigned i = 1; i < want; i++) {
         struct nbd_client_export e2;
@@ -404,6 +423,7 @@ static const struct blk_driver nbd_driver = {
     .names_help = "NBD URIs (nbd://, nbds://, nbd+unix://, nbds+unix://, nbd:unix:PATH, "
                   "nbd:HOST:PORT)",
     .state_size = sizeof(struct nbd_drv),
+    .options = nbd_options,
     .open = nbd_drv_open,
     .close = nbd_drv_close,
     .preadv = nbd_drv_preadv,

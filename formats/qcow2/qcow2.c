@@ -293,12 +293,29 @@ static void qcow2_free_state(struct qcow2_state *s)
     pthread_cond_destroy(&s->io_done);
 }
 
+/* The keys qcow2 takes.  The L2 cache size is offered to every image
+ * (serve --l2-cache-size), so an image of another format ignores it. */
+static const struct blk_opt_desc qcow2_options[] = {
+    {.key = "snapshot", .type = BLK_OPT_STRING},
+    {.key = "l2-cache-size", .type = BLK_OPT_SIZE, .optional = true},
+    {NULL},
+};
+
 static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct qcow2_state *s = n->opaque;
+    const char *snapshot = blk_kv_get(opts->options, "snapshot");
+    uint64_t l2_cache_bytes = 0; /* 0: the default */
     int64_t file_size;
     int r;
 
+    r = blk_opt_size(opts->options, "qcow2", "l2-cache-size", &l2_cache_bytes);
+    if (r < 0) {
+        return r;
+    }
+    if (snapshot && !opts->read_only) {
+        return blk_opt_error("qcow2", "snapshot", "a snapshot is opened read-only");
+    }
     s->node = n;
     s->file = n->file;
     s->read_only = opts->read_only;
@@ -334,7 +351,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = qcow2_read_bitmaps(s);
     }
     if (r == 0) {
-        r = qcow2_make_caches(s, opts->l2_cache_bytes);
+        r = qcow2_make_caches(s, l2_cache_bytes);
     }
     if (r == 0) {
         r = qcow2_build_metadata_map_locked(s);
@@ -344,8 +361,8 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
             r = 0;
         }
     }
-    if (r == 0 && opts->snapshot) {
-        r = qcow2_load_snapshot_l1(s, opts->snapshot);
+    if (r == 0 && snapshot) {
+        r = qcow2_load_snapshot_l1(s, snapshot);
     }
     if (r == 0 && s->hdr.backing_file && !opts->no_backing) {
         r = opts->untrusted ? qcow2_refuse_backing(s) : qcow2_open_backing(s, opts);
@@ -401,7 +418,7 @@ static void qcow2_child_perm(const struct blk_open_opts *opts, struct blk_perms 
     struct blk_perms in = *child;
 
     blk_perm_for_metadata(!opts->read_only, &in, child);
-    if (opts->snapshot) {
+    if (blk_kv_get(opts->options, "snapshot")) {
         child->shared_here |= in.shared_here & (BLK_PERM_WRITE | BLK_PERM_RESIZE);
     }
 }
@@ -409,6 +426,7 @@ static void qcow2_child_perm(const struct blk_open_opts *opts, struct blk_perms 
 static const struct blk_driver qcow2_driver = {
     .name = "qcow2",
     .is_format = true,
+    .options = qcow2_options,
     .state_size = sizeof(struct qcow2_state),
     .probe = qcow2_probe,
     .child_perm = qcow2_child_perm,

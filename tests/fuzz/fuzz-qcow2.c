@@ -162,12 +162,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     err_clear();
 
     if (snapshot[0]) {
-        o.snapshot = snapshot;
+        blk_kv_set(&o.options, "snapshot", snapshot);
         if (blk_image_open(&img, &o) == 0) {
             read_image(img, data, size);
             blk_image_close(img);
         }
-        o.snapshot = NULL;
+        o.options.n = 0;
         err_clear();
     }
 

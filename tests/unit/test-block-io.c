@@ -438,15 +438,12 @@ static void test_concurrent_fua_share_flushes(void)
 
 static void test_raw_window(void)
 {
-    struct blk_image_opts o = {.filename = "size=65536",
-                               .protocol = "rec",
-                               .format = "raw",
-                               .offset = 4096,
-                               .size = 8192,
-                               .size_set = true};
+    struct blk_image_opts o = {.filename = "size=65536", .protocol = "rec", .format = "raw"};
     struct blk_image *img = NULL;
     char buf[512] = {7};
 
+    CHECK_EQ(blk_kv_add(&o.options, "offset", "4096"), 0);
+    CHECK_EQ(blk_kv_add(&o.options, "size", "8192"), 0);
     CHECK_EQ(blk_image_open(&img, &o), 0);
     rec_reset();
     CHECK_EQ(blk_image_size(img), 8192);
@@ -455,7 +452,7 @@ static void test_raw_window(void)
     CHECK_EQ(blk_image_pwrite(img, 8192 - 256, buf, sizeof buf, 0), -ENOSPC);
     blk_image_close(img);
 
-    o.offset = 60000; /* window past the end of the file */
+    CHECK_EQ(blk_kv_set(&o.options, "offset", "60000"), 0); /* window past the end of the file */
     CHECK(blk_image_open(&img, &o) < 0);
 }
 
