@@ -242,9 +242,10 @@ const struct blk_driver *blk_protocol_for(const char *filename);
  * probed image against writes that would change its probed format. */
 #define BLK_PROBE_BYTES 512
 
-/* What probing found.  'best' scores highest ("raw" when no other format
- * claims the bytes); 'other' is a second format that claims them too
- * (score above raw's), or NULL; 'tie' when it scores as high as best. */
+/* What probing found.  'best' scores highest (the format that takes
+ * anything, scoring 1, when no other format claims the bytes; NULL if
+ * none is registered); 'other' is a second format that claims them too
+ * (score above 1), or NULL; 'tie' when it scores as high as best. */
 struct blk_probe {
     const struct blk_driver *best;
     const struct blk_driver *other;

@@ -81,16 +81,21 @@ const struct blk_driver *blk_protocol_for(const char *filename)
     return blk_find_driver("file");
 }
 
-/* Every format scores the bytes; raw scores 1 for anything, so it wins
- * only when nothing else claims them. */
+/* Every format scores the bytes; a format that scores 1 takes anything
+ * (raw does), so it wins only when nothing else claims them. */
 void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct blk_probe *out)
 {
+    const struct blk_driver *anything = NULL;
+
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n_drivers; i++) {
         if (!drivers[i]->is_format || !drivers[i]->probe) {
             continue;
         }
         int score = drivers[i]->probe(buf, len, filename);
+        if (score == 1 && !anything) {
+            anything = drivers[i];
+        }
         if (score <= 1) {
             continue;
         }
@@ -106,8 +111,8 @@ void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct 
             out->tie = out->tie || score == out->score;
         }
     }
-    if (!out->best) {
-        out->best = blk_find_driver("raw");
+    if (!out->best && anything) {
+        out->best = anything;
         out->score = 1;
     }
 }

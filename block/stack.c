@@ -42,6 +42,12 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
         return r;
     }
     blk_probe_all(buf, sizeof buf, o->filename, &p);
+    if (!p.best) {
+        CLEANUP_FREE char *esc = str_escape(o->filename);
+        return err_setx(EINVAL,
+                        "%s: no format driver recognises the image; name the format with -f",
+                        esc ? esc : "?");
+    }
     if (p.other && (p.tie || o->untrusted)) {
         CLEANUP_FREE char *esc = str_escape(o->filename);
         return err_setx(EINVAL,
