@@ -3,6 +3,7 @@
  * the empty protocol node to the format driver's create op. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,20 @@ const char *blk_create_options_help(const char *format)
     const struct blk_driver *drv = blk_find_driver(format);
 
     return drv ? drv->create_help : NULL;
+}
+
+/* The formats that can be created, as "raw, qcow2", for messages. */
+static void creatable_formats(char *buf, size_t len)
+{
+    const struct blk_driver *drv;
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; (drv = blk_driver_at(i)) != NULL && used < len; i++) {
+        if (drv->is_format && drv->create) {
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", drv->name);
+        }
+    }
 }
 
 /* Open (or create) the file and lock it as a writer that resizes, before
@@ -65,17 +80,19 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     struct blk_open_opts fo = {.filename = o->filename, .no_lock = true};
     struct blk_file_lock *hold = NULL;
     struct blk_node *file = NULL;
+    char formats[128];
     int r;
 
     *summary = NULL;
     if (o->keep_lock) {
         *o->keep_lock = NULL;
     }
+    creatable_formats(formats, sizeof formats);
     if (drv && drv->is_format && !drv->create) {
-        return err_setx(ENOTSUP, "creating %s images is not supported (raw, qcow2)", drv->name);
+        return err_setx(ENOTSUP, "creating %s images is not supported (%s)", drv->name, formats);
     }
     if (!drv || !drv->is_format) {
-        return err_setx(EINVAL, "unknown image format '%s' (raw, qcow2)", o->format);
+        return err_setx(EINVAL, "unknown image format '%s' (%s)", o->format, formats);
     }
     if (!blk_protocol_for(o->filename)) {
         return -EPROTONOSUPPORT; /* a URL: not a file to create */
