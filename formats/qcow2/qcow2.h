@@ -5,6 +5,7 @@
  * the cache write hooks and s->release_locked):
  *
  *   header.c     cluster 0: parse, validate, serialise (no I/O)
+ *   refcount-math.c  refcount entries and refcount area sizes (pure)
  *   compress.c   compressed descriptors; deflate and zstd
  *   cache.c      a generic write-back cache of tables, with a dependency
  *                between caches and a write hook
