@@ -17,6 +17,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "qcow2.h"
+#include "refcount-math.h"
 
 /* Deferred frees are applied through this (writeback.c). */
 static int release_clusters_locked(struct qcow2_state *s, uint64_t offset, uint64_t bytes)
@@ -75,71 +76,6 @@ int qcow2_add_refcount_metadata_locked(struct qcow2_state *s)
     return r;
 }
 
-/* Entry i of a refcount block (disk order, refcount_bits wide). */
-static uint64_t rb_get(const struct qcow2_state *s, const void *block, uint64_t i)
-{
-    const uint8_t *b = block;
-
-    switch (s->refcount_bits) {
-    case 1:
-    case 2:
-    case 4: {
-        uint64_t bit = i * s->refcount_bits;
-        return (b[bit / 8] >> (bit % 8)) & ((1u << s->refcount_bits) - 1);
-    }
-    case 8:
-        return b[i];
-    case 16: {
-        uint16_t v;
-        memcpy(&v, b + i * 2, 2);
-        return be16toh(v);
-    }
-    case 32: {
-        uint32_t v;
-        memcpy(&v, b + i * 4, 4);
-        return be32toh(v);
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, b + i * 8, 8);
-        return be64toh(v);
-    }
-    }
-}
-
-static void rb_set(const struct qcow2_state *s, void *block, uint64_t i, uint64_t value)
-{
-    uint8_t *b = block;
-
-    switch (s->refcount_bits) {
-    case 1:
-    case 2:
-    case 4: {
-        uint64_t bit = i * s->refcount_bits;
-        uint8_t mask = (uint8_t)(((1u << s->refcount_bits) - 1) << (bit % 8));
-        b[bit / 8] = (uint8_t)((b[bit / 8] & ~mask) | ((value << (bit % 8)) & mask));
-        break;
-    }
-    case 8:
-        b[i] = (uint8_t)value;
-        break;
-    case 16: {
-        uint16_t v = htobe16((uint16_t)value);
-        memcpy(b + i * 2, &v, 2);
-        break;
-    }
-    case 32: {
-        uint32_t v = htobe32((uint32_t)value);
-        memcpy(b + i * 4, &v, 4);
-        break;
-    }
-    default: {
-        uint64_t v = htobe64(value);
-        memcpy(b + i * 8, &v, 8);
-    }
-    }
-}
-
 int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t *refcount)
 {
     uint64_t rt = cluster >> s->refblock_bits;
@@ -154,7 +90,8 @@ int qcow2_get_refcount_locked(struct qcow2_state *s, uint64_t cluster, uint64_t 
     if (r < 0) {
         return r;
     }
-    *refcount = rb_get(s, block, cluster & ((1ULL << s->refblock_bits) - 1));
+    *refcount = qcow2_refblock_get(block, s->hdr.refcount_order,
+                                   cluster & ((1ULL << s->refblock_bits) - 1));
     qcow2_cache_put_locked(s->rb_cache, block);
     return 0;
 }
@@ -246,7 +183,8 @@ static int alloc_refblock_locked(struct qcow2_state *s, uint64_t rt)
         return r;
     }
     if ((c >> s->refblock_bits) == rt) {
-        rb_set(s, block, c & (per_block - 1), 1); /* counts itself */
+        /* counts itself */
+        qcow2_refblock_set(block, s->hdr.refcount_order, c & (per_block - 1), 1);
     }
     qcow2_cache_mark_dirty_locked(s->rb_cache, block);
     qcow2_cache_put_locked(s->rb_cache, block);
@@ -298,7 +236,7 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
         if (r < 0) {
             return r;
         }
-        uint64_t v = rb_get(s, block, c & (per_block - 1));
+        uint64_t v = qcow2_refblock_get(block, s->hdr.refcount_order, c & (per_block - 1));
         if ((delta > 0 && v >= s->refcount_max) || (delta < 0 && v == 0)) {
             qcow2_cache_put_locked(s->rb_cache, block);
             if (delta > 0) {
@@ -309,7 +247,8 @@ int qcow2_update_refcount_locked(struct qcow2_state *s, uint64_t offset, uint64_
             return qcow2_mark_corrupt_locked(
                 s, "refcount of cluster 0x%" PRIx64 " would drop below 0", c << s->cluster_bits);
         }
-        rb_set(s, block, c & (per_block - 1), delta > 0 ? v + 1 : v - 1);
+        qcow2_refblock_set(block, s->hdr.refcount_order, c & (per_block - 1),
+                           delta > 0 ? v + 1 : v - 1);
         qcow2_cache_mark_dirty_locked(s->rb_cache, block);
         qcow2_cache_put_locked(s->rb_cache, block);
         if (delta < 0 && v == 1) {
