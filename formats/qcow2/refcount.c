@@ -309,33 +309,23 @@ static int grow_reftable_locked(struct qcow2_state *s, uint64_t min_entries)
 {
     uint64_t cs = s->cluster_size, entries_per_cluster = cs / 8;
     uint64_t start = ROUND_UP(s->file_end, cs) >> s->cluster_bits;
-    uint64_t new_entries = MAX(min_entries, (uint64_t)s->reftable_entries * 2);
-    uint64_t table_clusters, new_blocks = 0, end;
+    struct qcow2_refcount_area area;
     int r;
 
     if (start == 0) {
         start = 1;
     }
-    /* Fixed point: the area holds the table and the blocks counting it. */
-    for (;;) {
-        table_clusters = ROUND_UP(new_entries, entries_per_cluster) / entries_per_cluster;
-        end = start + table_clusters + new_blocks;
-        uint64_t need_entries = ((end - 1) >> s->refblock_bits) + 1;
-        uint64_t blocks = 0;
-        for (uint64_t rt = start >> s->refblock_bits; rt <= (end - 1) >> s->refblock_bits; rt++) {
-            if (rt >= s->reftable_entries || s->reftable[rt] == 0) {
-                blocks++;
-            }
-        }
-        if (need_entries > new_entries) {
-            new_entries = need_entries;
-            continue;
-        }
-        if (blocks == new_blocks) {
-            break;
-        }
-        new_blocks = blocks;
-    }
+    /* The area holds the table and the blocks counting it. */
+    struct qcow2_refcount_area_req req = {
+        .cluster_bits = s->cluster_bits,
+        .refcount_order = s->hdr.refcount_order,
+        .start = start,
+        .min_entries = MAX(min_entries, (uint64_t)s->reftable_entries * 2),
+        .reftable = s->reftable,
+        .reftable_entries = s->reftable_entries,
+    };
+    qcow2_refcount_area_size(&req, &area);
+    uint64_t table_clusters = area.table_clusters, end = area.end;
     if (table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
         return err_setx(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
     }
