@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "qcow2.h"
+#include "refcount-math.h"
 
 enum prealloc { PREALLOC_OFF, PREALLOC_METADATA, PREALLOC_FALLOC, PREALLOC_FULL };
 static const char *const prealloc_names[] = {"off", "metadata", "falloc", "full"};
@@ -243,21 +244,19 @@ static int write_layout(struct blk_node *file, const struct create_opts *c)
     uint64_t per_block = cs * 8 / c->refcount_bits;
     uint64_t l1_entries = qcow2_l1_entries_for(c->size, cluster_bits, c->extended_l2);
     uint64_t l1_clusters = ROUND_UP(l1_entries * 8, cs) / cs;
-    uint64_t table = 1, blocks = 1, n;
+    struct qcow2_refcount_area area;
     int r;
 
-    /* Fixed point: the blocks count every cluster of the layout,
-     * themselves included, and the table lists the blocks. */
-    for (;;) {
-        n = 1 + table + blocks + l1_clusters;
-        uint64_t b = (n + per_block - 1) / per_block;
-        uint64_t t = ROUND_UP(b * 8, cs) / cs;
-        if (b == blocks && t == table) {
-            break;
-        }
-        blocks = b;
-        table = t;
-    }
+    /* The blocks count every cluster of the layout, themselves included,
+     * and the table lists the blocks. */
+    struct qcow2_refcount_area_req req = {
+        .cluster_bits = cluster_bits,
+        .refcount_order = refcount_order,
+        .start = 1,
+        .tail_clusters = l1_clusters,
+    };
+    qcow2_refcount_area_size(&req, &area);
+    uint64_t table = area.table_clusters, blocks = area.blocks, n = area.end;
     struct qcow2_header h = {
         .version = (uint32_t)c->version,
         .cluster_bits = cluster_bits,
@@ -304,13 +303,7 @@ static int write_layout(struct blk_node *file, const struct create_opts *c)
     for (uint64_t bi = 0; r == 0 && bi < blocks; bi++) {
         memset(buf, 0, cs);
         for (uint64_t k = bi * per_block; k < MIN(n, (bi + 1) * per_block); k++) {
-            uint64_t i = k - bi * per_block;
-            uint64_t bit = i * c->refcount_bits;
-            if (c->refcount_bits < 8) {
-                buf[bit / 8] |= (uint8_t)(1u << (bit % 8));
-            } else {
-                buf[bit / 8 + c->refcount_bits / 8 - 1] = 1; /* big-endian 1 */
-            }
+            qcow2_refblock_set(buf, refcount_order, k - bi * per_block, 1);
         }
         r = blk_pwrite(file, (1 + table + bi) * cs, buf, cs, 0);
     }
