@@ -22,6 +22,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "qcow2.h"
+#include "refcount-math.h"
 
 /* References counted per host cluster (saturating). */
 struct refs {
@@ -444,13 +445,27 @@ static int check_copied_flags(struct check_ctx *c, bool fix)
     return r;
 }
 
+/* Does refcount block b count any referenced cluster? */
+static bool block_in_use(const struct check_ctx *c, uint64_t b)
+{
+    uint64_t per_block = 1ULL << c->s->refblock_bits;
+
+    for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, c->refs.n); k++) {
+        if (c->refs.count[k] != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Write a new refcount structure for the counts in refs, at the end of
  * the image, and switch the header to it. */
 static int rebuild_refcounts(struct check_ctx *c)
 {
     struct qcow2_state *s = c->s;
     uint64_t cs = s->cluster_size, per_block = 1ULL << s->refblock_bits;
-    uint64_t used_end = 0;
+    uint64_t used_end = 0, blocks_before = 0;
+    struct qcow2_refcount_area area;
     int r;
 
     for (uint64_t k = 0; k < c->refs.n; k++) {
@@ -458,28 +473,21 @@ static int rebuild_refcounts(struct check_ctx *c)
             used_end = k + 1;
         }
     }
-    /* Fixed point: the new table and blocks sit at used_end and must be
-     * counted by the blocks themselves. */
-    uint64_t start = used_end, table_clusters = 1, blocks = 0;
-    for (;;) {
-        uint64_t end = start + table_clusters + blocks;
-        uint64_t nblocks = (end + per_block - 1) / per_block;
-        uint64_t tclusters = ROUND_UP(nblocks * 8, cs) / cs;
-        uint64_t needed_blocks = 0;
-        for (uint64_t b = 0; b < nblocks; b++) {
-            bool any = b >= start / per_block; /* the new area itself */
-            for (uint64_t k = b * per_block; !any && k < MIN((b + 1) * per_block, c->refs.n); k++) {
-                any = c->refs.count[k] != 0;
-            }
-            needed_blocks += any;
-        }
-        if (tclusters == table_clusters && needed_blocks == blocks) {
-            break;
-        }
-        table_clusters = tclusters;
-        blocks = needed_blocks;
+    /* The new table and blocks sit at used_end and must be counted by the
+     * blocks themselves; every block is new, so the area also holds one
+     * for each used block below it. */
+    uint64_t start = used_end;
+    for (uint64_t b = 0; b < start / per_block; b++) {
+        blocks_before += block_in_use(c, b);
     }
-    uint64_t end = start + table_clusters + blocks;
+    struct qcow2_refcount_area_req req = {
+        .cluster_bits = s->cluster_bits,
+        .refcount_order = s->hdr.refcount_order,
+        .start = start,
+        .blocks_before = blocks_before,
+    };
+    qcow2_refcount_area_size(&req, &area);
+    uint64_t table_clusters = area.table_clusters, end = area.end;
     if (table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
         return err_setx(EFBIG, "qcow2 repair: the refcount table would exceed 8 MiB");
     }
@@ -492,11 +500,7 @@ static int rebuild_refcounts(struct check_ctx *c)
     /* Assign block clusters, then count the new area. */
     uint64_t next = start + table_clusters;
     for (uint64_t b = 0; b < nblocks; b++) {
-        bool any = b >= start / per_block;
-        for (uint64_t k = b * per_block; !any && k < MIN((b + 1) * per_block, c->refs.n); k++) {
-            any = c->refs.count[k] != 0;
-        }
-        if (any) {
+        if (b >= start / per_block || block_in_use(c, b)) {
             table[b] = next++ << s->cluster_bits;
         }
     }
@@ -519,33 +523,8 @@ static int rebuild_refcounts(struct check_ctx *c)
         }
         memset(block, 0, cs);
         for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, c->refs.n); k++) {
-            uint64_t v = MIN((uint64_t)counts[k], s->refcount_max);
-            /* entry k - b*per_block, refcount_bits wide */
-            uint64_t i = k - b * per_block;
-            switch (s->refcount_bits) {
-            case 1:
-            case 2:
-            case 4:
-                block[i * s->refcount_bits / 8] |= (uint8_t)(v << (i * s->refcount_bits % 8));
-                break;
-            case 8:
-                block[i] = (uint8_t)v;
-                break;
-            case 16: {
-                uint16_t be = htobe16((uint16_t)v);
-                memcpy(block + i * 2, &be, 2);
-                break;
-            }
-            case 32: {
-                uint32_t be = htobe32((uint32_t)v);
-                memcpy(block + i * 4, &be, 4);
-                break;
-            }
-            default: {
-                uint64_t be = htobe64(v);
-                memcpy(block + i * 8, &be, 8);
-            }
-            }
+            qcow2_refblock_set(block, s->hdr.refcount_order, k - b * per_block,
+                               MIN((uint64_t)counts[k], s->refcount_max));
         }
         r = blk_pwrite(s->file, table[b], block, cs, 0);
         if (r < 0) {
