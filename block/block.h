@@ -68,6 +68,13 @@ int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, unsigned flags);
 int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int blk_discard(struct blk_node *n, uint64_t off, uint64_t len);
+/* Compressed clusters (formats that have them, else -ENOTSUP): compress
+ * one cluster, then write the result as the guest bytes [off, off+len)
+ * (see blk_image_compress). */
+int blk_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                 size_t *out_len);
+int blk_pwrite_compressed(struct blk_node *n, uint64_t off, uint64_t len, const void *data,
+                          size_t clen);
 int blk_flush(struct blk_node *n);
 int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
 int blk_prefetch(struct blk_node *n, uint64_t off, uint64_t len);
@@ -186,16 +193,16 @@ int blk_image_pread(struct blk_image *img, uint64_t off, void *buf, uint64_t len
 int blk_image_pwrite(struct blk_image *img, uint64_t off, const void *buf, uint64_t len,
                      unsigned flags);
 int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
-/* Write whole clusters compressed (qcow2); -ENOTSUP for formats that
- * cannot.  off is cluster-aligned; len is one cluster, or less at the end
- * of the image. */
-/* Compressed clusters (qcow2): compress one cluster (len bytes; -ENOSPC
- * when it does not shrink: write it normally), then write the result at
- * its cluster-aligned offset.  Compressing needs no lock, so callers may
- * compress in parallel and write in order. */
+/* Compressed clusters (qcow2; -ENOTSUP for formats that cannot): compress
+ * one cluster (len bytes; -ENOSPC when it does not shrink: write it
+ * normally), then write the clen bytes of the result for the guest range
+ * [off, off+len): off is cluster-aligned, len one cluster, or less at the
+ * end of the image.  Compressing needs no lock, so callers may compress in
+ * parallel and write in order. */
 int blk_image_compress(struct blk_image *img, const void *in, uint64_t len, void *out, size_t cap,
                        size_t *out_len);
-int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *data, size_t clen);
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, uint64_t len, const void *data,
+                                size_t clen);
 /* The format's cluster size, or 0 (raw). */
 uint64_t blk_image_cluster_size(struct blk_image *img);
 /* Honours --discard: a no-op (success) with discard=ignore. */

@@ -232,7 +232,7 @@ static int write_compressed(struct copy *c, const struct claim *cl, const struct
         } else if (w->clen[i] == CLUSTER_RAW) {
             r = blk_image_pwrite(c->dst, off, w->data + pos, n, 0);
         } else {
-            r = blk_image_pwrite_compressed(c->dst, off, w->out + i * c->cluster, w->clen[i]);
+            r = blk_image_pwrite_compressed(c->dst, off, n, w->out + i * c->cluster, w->clen[i]);
         }
         if (r < 0) {
             return r;

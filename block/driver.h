@@ -143,7 +143,9 @@ struct blk_driver {
      * compress in parallel and still write in order: compress one cluster
      * (len bytes, the last one of the image may be short; pure CPU,
      * -ENOSPC when it does not shrink), then write the result at a
-     * cluster-aligned guest offset. */
+     * cluster-aligned guest offset.  Both are reached through io.c only,
+     * which has checked that the node is writable and the cluster inside
+     * it. */
     int (*compress)(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
                     size_t *out_len);
     int (*pwrite_compressed)(struct blk_node *n, uint64_t off, const void *data, size_t clen);

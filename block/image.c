@@ -204,41 +204,18 @@ int blk_image_pwrite_zeroes(struct blk_image *img, uint64_t off, uint64_t len, u
     return blk_pwrite_zeroes(img->root, off, len, blk_image_zero_flags(img, flags));
 }
 
-static int compression_supported(struct blk_image *img)
-{
-    struct blk_node *n = img->root;
-
-    if (!n->drv->compress || !n->drv->pwrite_compressed) {
-        return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", n->filename,
-                        n->drv->name);
-    }
-    return 0;
-}
-
 int blk_image_compress(struct blk_image *img, const void *in, uint64_t len, void *out, size_t cap,
                        size_t *out_len)
 {
-    int r = compression_supported(img);
-
-    return r < 0 ? r : img->root->drv->compress(img->root, in, len, out, cap, out_len);
+    return blk_compress(img->root, in, len, out, cap, out_len);
 }
 
-int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, const void *data, size_t clen)
+/* No cache-mode flags: a compressed write is never FUA, even with
+ * writethrough; convert, its only user, flushes before it succeeds. */
+int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, uint64_t len, const void *data,
+                                size_t clen)
 {
-    struct blk_node *n = img->root;
-    int r = compression_supported(img);
-
-    if (r < 0) {
-        return r;
-    }
-    if (img->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
-    }
-    if (off >= blk_image_size(img)) {
-        return err_setx(ENOSPC, "%s: compressed write past the end", n->filename);
-    }
-    atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
-    return n->drv->pwrite_compressed(n, off, data, clen);
+    return blk_pwrite_compressed(img->root, off, len, data, clen);
 }
 
 uint64_t blk_image_cluster_size(struct blk_image *img)

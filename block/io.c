@@ -7,7 +7,9 @@
  *   - unaligned requests on nodes that need alignment (O_DIRECT): a bounce
  *     buffer, and read-modify-write of the edge blocks for writes;
  *   - write zeroes the driver cannot do: zero buffers (unless NO_FALLBACK).
- * Drivers never write their own fallbacks. */
+ * Compressed writes come through here too, so they are checked, traced
+ * and counted like every other write.  Drivers never write their own
+ * fallbacks, and nothing above this file calls a driver's data path. */
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -239,6 +241,49 @@ int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, unsigned flags)
 {
     return blk_pwritev(n, off, &(struct iovec){(void *)buf, len}, 1, flags);
+}
+
+static int blk_check_compression(struct blk_node *n)
+{
+    if (!n->drv->compress || !n->drv->pwrite_compressed) {
+        return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", n->filename,
+                        n->drv->name);
+    }
+    return 0;
+}
+
+int blk_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                 size_t *out_len)
+{
+    int r = blk_check_compression(n);
+
+    return r < 0 ? r : n->drv->compress(n, in, len, out, cap, out_len);
+}
+
+/* A compressed write has no flags: nothing to mask or emulate, but the
+ * same checks, trace, counters and write generation as any write. */
+int blk_pwrite_compressed(struct blk_node *n, uint64_t off, uint64_t len, const void *data,
+                          size_t clen)
+{
+    int r = blk_check_compression(n);
+
+    if (r == 0) {
+        r = blk_check_request(n, off, len, BLK_KIND_WRITE);
+    }
+    if (r == 0 && len == 0) {
+        r = err_setx(EINVAL, "%s: a compressed write covers at least one byte", n->filename);
+    }
+    if (r < 0) {
+        return r;
+    }
+    blk_trace(n, "pwrite_compressed", off, len, 0);
+    r = n->drv->pwrite_compressed(n, off, data, clen);
+    atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
+    if (r == 0) {
+        STAT_INC(n, writes, 1);
+        STAT_INC(n, bytes_written, len);
+    }
+    return r;
 }
 
 /* Write zeroes as buffers; used when the driver cannot zero cheaply. */

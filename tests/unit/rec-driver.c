@@ -172,6 +172,27 @@ static int rec_discard(struct blk_node *n, uint64_t off, uint64_t len)
     return 0;
 }
 
+/* Not a compression: the copy is enough to see what the layer passes. */
+static int rec_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
+                        size_t *out_len)
+{
+    (void)n;
+    if (len > cap) {
+        return -ENOSPC;
+    }
+    memcpy(out, in, len);
+    *out_len = len;
+    return 0;
+}
+
+static int rec_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen)
+{
+    (void)n;
+    (void)data;
+    rec_log(REC_COMPRESSED, off, clen, 0);
+    return 0;
+}
+
 static int rec_flush(struct blk_node *n)
 {
     struct rec_state *s = n->opaque;
@@ -199,6 +220,8 @@ static const struct blk_driver rec_driver = {
     .pwritev = rec_pwritev,
     .pwrite_zeroes = rec_pwrite_zeroes,
     .discard = rec_discard,
+    .compress = rec_compress,
+    .pwrite_compressed = rec_pwrite_compressed,
     .flush = rec_flush,
     .get_length = rec_get_length,
 };

@@ -1,6 +1,8 @@
 /* tests/unit/rec-driver.h: "rec", a protocol driver for tests that keeps
  * its data in memory and records every call the generic layer makes to it,
- * with the flags it passed.  Its capabilities come from the filename:
+ * with the flags it passed.  It "compresses" too (a copy), so that the
+ * generic layer's compressed-write path can be tested on a node of its own.
+ * Its capabilities come from the filename:
  * "size=N,fua=0|1,zero=0|1,unmap=0|1,fastzero=0|1,align=N,flushdelay=US,
  *  fuaeopnotsupp=0|1". */
 #ifndef DISKIMG_TESTS_REC_DRIVER_H
@@ -8,7 +10,8 @@
 
 #include <stdint.h>
 
-enum rec_op { REC_READ, REC_WRITE, REC_ZERO, REC_DISCARD, REC_FLUSH };
+/* REC_COMPRESSED records the compressed length (clen) as len. */
+enum rec_op { REC_READ, REC_WRITE, REC_ZERO, REC_DISCARD, REC_FLUSH, REC_COMPRESSED };
 
 struct rec_call {
     enum rec_op op;

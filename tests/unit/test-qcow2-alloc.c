@@ -76,13 +76,13 @@ static void test_compressed_write_fails(void)
     memset(data, 0x5a, sizeof data); /* never decompressed: the write fails */
     /* The file ends at image_len: the data goes to a new cluster there. */
     rec_fail_writes_from = image_len;
-    CHECK(blk_image_pwrite_compressed(img, 0, data, sizeof data) < 0);
+    CHECK(blk_image_pwrite_compressed(img, 0, 65536, data, sizeof data) < 0);
     rec_fail_writes_from = 0;
     CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
     CHECK_EQ(res.corruptions, 0);
     CHECK_EQ(res.leaks, 0);
     /* The cluster is free again: the same write now succeeds. */
-    CHECK_EQ(blk_image_pwrite_compressed(img, 0, data, sizeof data), 0);
+    CHECK_EQ(blk_image_pwrite_compressed(img, 0, 65536, data, sizeof data), 0);
     CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
     CHECK_EQ(res.corruptions, 0);
     CHECK_EQ(res.leaks, 0);
