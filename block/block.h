@@ -20,6 +20,7 @@ enum blk_req_flags {
 };
 #define BLK_REQ_WRITE_MASK BLK_REQ_FUA
 #define BLK_REQ_ZERO_MASK (BLK_REQ_FUA | BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK)
+#define BLK_REQ_DISCARD_MASK BLK_REQ_FUA
 
 /* Same meaning as qemu's -drive cache=. */
 enum blk_cache_mode {
@@ -67,7 +68,10 @@ int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
                 unsigned flags);
 int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, unsigned flags);
 int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
-int blk_discard(struct blk_node *n, uint64_t off, uint64_t len);
+int blk_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
+/* What blk_discard would refuse (read-only, out of range), without
+ * discarding: a policy that ignores discards still refuses those. */
+int blk_discard_check(struct blk_node *n, uint64_t off, uint64_t len);
 /* Compressed clusters (formats that have them, else -ENOTSUP): compress
  * one cluster, then write the result as the guest bytes [off, off+len)
  * (see blk_image_compress). */

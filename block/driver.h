@@ -129,7 +129,7 @@ struct blk_driver {
     /* Data path.  The generic layer guarantees: off, len and every iovec
      * element are multiples of n->request_alignment / n->mem_alignment; the
      * range is inside the node unless it is growable; flags contain only
-     * bits in n->supported_write_flags (or _zero_flags).
+     * bits in n->supported_write_flags (or _zero_flags, _discard_flags).
      * Return 0 or -errno; on failure record a message with err_set(). */
     int (*preadv)(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt);
     int (*pwritev)(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
@@ -138,7 +138,8 @@ struct blk_driver {
      * generic layer then writes zero buffers (unless NO_FALLBACK).  The
      * range is not aligned to request_alignment (see zero_alignment). */
     int (*pwrite_zeroes)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
-    int (*discard)(struct blk_node *n, uint64_t off, uint64_t len);
+    /* Advisory: a driver may leave any part of the range as it was. */
+    int (*discard)(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
     /* Compressed clusters (qcow2), in two steps so that callers can
      * compress in parallel and still write in order: compress one cluster
      * (len bytes, the last one of the image may be short; pure CPU,
@@ -206,6 +207,8 @@ struct blk_node {
      * at run time loses a flag while requests are in flight. */
     _Atomic unsigned supported_write_flags;
     _Atomic unsigned supported_zero_flags;
+    /* FUA only; no driver does it natively yet, so io.c flushes. */
+    _Atomic unsigned supported_discard_flags;
     uint32_t request_alignment; /* offsets and lengths (1 = any) */
     /* pwrite_zeroes is called separately for the unaligned head and tail
      * of a range (qcow2: a cluster); each part it answers with -ENOTSUP

@@ -496,10 +496,12 @@ static int file_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, un
     return 0;
 }
 
-static int file_discard(struct blk_node *n, uint64_t off, uint64_t len)
+static int file_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct file_state *s = n->opaque;
     int r;
+
+    (void)flags; /* no native FUA: the generic layer flushes after us */
 
     if (s->is_blockdev) {
         uint64_t start = ROUND_UP(off, 512), end = ROUND_DOWN(off + len, 512);

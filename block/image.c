@@ -7,7 +7,6 @@
  *   - discard: ignore or unmap, for TRIM and for write-zeroes' MAY_UNMAP.
  * The emulation of what drivers lack stays in io.c. */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,27 +222,14 @@ uint64_t blk_image_cluster_size(struct blk_image *img)
     return img->root->drv->cluster_size ? img->root->drv->cluster_size(img->root) : 0;
 }
 
+/* discard=ignore drops the discard, not the checks: a read-only image or
+ * a range past the end is refused either way. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)
 {
-    uint64_t size = blk_image_size(img);
-    int r;
-
-    if (img->read_only) {
-        return err_setx(EPERM, "%s is read-only", img->root->filename);
-    }
-    if (off > size || len > size - off) {
-        return err_setx(
-            EINVAL, "%s: discard at %" PRIu64 "+%" PRIu64 " is beyond the end (%" PRIu64 " bytes)",
-            img->root->filename, off, len, size);
-    }
     if (img->discard == BLK_DISCARD_IGNORE) {
-        return 0;
+        return blk_discard_check(img->root, off, len);
     }
-    r = blk_discard(img->root, off, len);
-    if (r == 0 && (blk_image_fua(img, flags) & BLK_REQ_FUA)) {
-        r = blk_flush(img->root);
-    }
-    return r;
+    return blk_discard(img->root, off, len, blk_image_fua(img, flags));
 }
 
 int blk_image_get_info(struct blk_image *img, struct blk_image_info *info)

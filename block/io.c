@@ -2,8 +2,8 @@
  *
  * This is the only place that checks requests (bounds, read-only), masks
  * flags down to what the driver declared, and emulates what it lacks:
- *   - FUA without native support, or longer than native_fua_max: write,
- *     then blk_flush() of this node;
+ *   - FUA without native support, or longer than native_fua_max: write
+ *     (or zero, or discard), then blk_flush() of this node;
  *   - unaligned requests on nodes that need alignment (O_DIRECT): a bounce
  *     buffer, and read-modify-write of the edge blocks for writes;
  *   - write zeroes the driver cannot do: zero buffers (unless NO_FALLBACK).
@@ -386,24 +386,56 @@ int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
     return r;
 }
 
-int blk_discard(struct blk_node *n, uint64_t off, uint64_t len)
+int blk_discard_check(struct blk_node *n, uint64_t off, uint64_t len)
 {
-    int r = blk_check_request(n, off, len, BLK_KIND_DISCARD);
+    return blk_check_request(n, off, len, BLK_KIND_DISCARD);
+}
 
-    if (r < 0 || len == 0 || !n->drv->discard) {
-        return r;
-    }
-    blk_trace(n, "discard", off, len, 0);
+/* One driver discard, flags already native. */
+static int blk_discard_native(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    int r;
+
+    blk_trace(n, "discard", off, len, flags);
     if (n->request_alignment > 1) {
         pthread_rwlock_rdlock(&n->rmw_lock);
     }
-    r = n->drv->discard(n, off, len);
+    r = n->drv->discard(n, off, len, flags);
     if (n->request_alignment > 1) {
         pthread_rwlock_unlock(&n->rmw_lock);
     }
     atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
     if (r == 0) {
         STAT_INC(n, discards, 1);
+    }
+    return r;
+}
+
+/* FUA the driver lacks is a flush of this node afterwards, also when the
+ * driver is not called at all (an empty range, no discard): the caller
+ * asked for everything before it to be durable. */
+int blk_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    bool call = len > 0 && n->drv->discard;
+    unsigned supported = atomic_load_explicit(&n->supported_discard_flags, memory_order_relaxed);
+    unsigned native = call ? flags & supported : 0;
+    unsigned emulated = flags & ~native;
+    int r;
+
+    assert(!(flags & ~BLK_REQ_DISCARD_MASK));
+    r = blk_check_request(n, off, len, BLK_KIND_DISCARD);
+    if (r == 0 && call) {
+        r = blk_discard_native(n, off, len, native);
+    }
+    if (r < 0) {
+        return r;
+    }
+    if (native & BLK_REQ_FUA) {
+        STAT_INC(n, fua_native, 1);
+    }
+    if (emulated & BLK_REQ_FUA) {
+        STAT_INC(n, fua_emulated, 1);
+        r = blk_flush(n);
     }
     return r;
 }

@@ -84,6 +84,7 @@ static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
     pthread_mutex_init(&s->guard_lock, NULL);
     n->supported_write_flags = n->file->supported_write_flags & BLK_REQ_WRITE_MASK;
     n->supported_zero_flags = n->file->supported_zero_flags & BLK_REQ_ZERO_MASK;
+    n->supported_discard_flags = n->file->supported_discard_flags & BLK_REQ_DISCARD_MASK;
     return 0;
 }
 
@@ -194,18 +195,18 @@ static int raw_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, uns
 
 /* A discarded range reads back as zeroes or as it was; what it was has
  * passed the check already, so zeroes are what to check. */
-static int raw_discard(struct blk_node *n, uint64_t off, uint64_t len)
+static int raw_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct raw_state *s = n->opaque;
     int r;
 
     if (!raw_guarded(s, off, len)) {
-        return blk_discard(n->file, s->offset + off, len);
+        return blk_discard(n->file, s->offset + off, len, flags);
     }
     pthread_mutex_lock(&s->guard_lock);
     r = raw_guard_check_locked(n, off, len, NULL, 0);
     if (r == 0) {
-        r = blk_discard(n->file, s->offset + off, len);
+        r = blk_discard(n->file, s->offset + off, len, flags);
     }
     pthread_mutex_unlock(&s->guard_lock);
     return r;

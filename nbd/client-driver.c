@@ -270,8 +270,9 @@ static int nbd_drv_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len,
     return r;
 }
 
-static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len)
+static int nbd_drv_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
+    (void)flags; /* FUA: TRIM, then the generic layer's FLUSH */
     status_invalidate(n->opaque);
     int r = nbd_drv_discard_chunks(n, off, len);
     status_invalidate(n->opaque);

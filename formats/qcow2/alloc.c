@@ -426,13 +426,14 @@ int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned
     return zero_or_discard(s, off, len, flags & BLK_REQ_MAY_UNMAP);
 }
 
-int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len)
+int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct qcow2_state *s = n->opaque;
     uint64_t unit = s->extended_l2 ? (1ULL << s->subcluster_bits) : s->cluster_size;
     uint64_t start = ROUND_UP(off, unit), end = ROUND_DOWN(off + len, unit);
     int r;
 
+    (void)flags; /* no native FUA: the generic layer flushes after us */
     if (end <= start) {
         return 0; /* discard is advisory: partial units are left alone */
     }

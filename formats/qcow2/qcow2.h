@@ -319,7 +319,7 @@ int qcow2_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int 
 int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                   unsigned flags);
 int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
-int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len);
+int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int qcow2_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
                    size_t *out_len);
 int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen);

@@ -95,6 +95,9 @@ static int rec_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (opt_value(spec, "fua", 1)) {
         n->supported_write_flags = BLK_REQ_FUA;
     }
+    if (opt_value(spec, "discardfua", 0)) {
+        n->supported_discard_flags = BLK_REQ_FUA;
+    }
     if (opt_value(spec, "unmap", 1)) {
         n->supported_zero_flags |= BLK_REQ_MAY_UNMAP;
     }
@@ -165,10 +168,10 @@ static int rec_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, uns
     return 0;
 }
 
-static int rec_discard(struct blk_node *n, uint64_t off, uint64_t len)
+static int rec_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     (void)n;
-    rec_log(REC_DISCARD, off, len, 0);
+    rec_log(REC_DISCARD, off, len, flags);
     return 0;
 }
 

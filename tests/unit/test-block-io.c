@@ -271,7 +271,9 @@ static void test_discard_policy(void)
     CHECK_EQ(blk_image_open(&img, &o), 0);
     rec_reset();
     CHECK_EQ(blk_image_discard(img, 0, 4096, 0), 0);
-    CHECK_EQ(rec_count(REC_DISCARD), 0);
+    CHECK_EQ(blk_image_discard(img, 0, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_ncalls, 0); /* no discard, and no flush for its FUA */
+    CHECK_EQ(blk_image_discard(img, 0, (2 << 20), 0), -EINVAL); /* but still checked */
     CHECK_EQ(blk_image_pwrite_zeroes(img, 0, 4096, BLK_REQ_MAY_UNMAP), 0);
     CHECK_EQ(rec_calls[0].flags, 0); /* may not unmap when discard=ignore */
     blk_image_close(img);
@@ -335,6 +337,49 @@ static void test_compressed_write_unsupported(void)
     CHECK_EQ(blk_image_pwrite_compressed(img, 0, 4096, out, 100), -ENOTSUP);
     CHECK_EQ(rec_ncalls, 0);
     blk_image_close(img);
+}
+
+static void test_discard_fua(void)
+{
+    /* The driver has no FUA for discard: discard, then a flush of the node */
+    struct blk_image *img = open_rec("", BLK_CACHE_WRITEBACK);
+    struct blk_node *root = blk_image_root(img);
+
+    CHECK_EQ(blk_image_discard(img, 0, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_ncalls, 2);
+    CHECK_EQ(rec_calls[0].op, REC_DISCARD);
+    CHECK_EQ(rec_calls[0].flags, 0);
+    CHECK_EQ(rec_calls[1].op, REC_FLUSH);
+    CHECK_EQ(root->stats.fua_emulated, 1);
+    rec_reset();
+    /* without FUA: no flush */
+    CHECK_EQ(blk_image_discard(img, 0, 4096, 0), 0);
+    CHECK_EQ(rec_ncalls, 1);
+    blk_image_close(img);
+
+    /* writethrough makes every discard FUA */
+    img = open_rec("", BLK_CACHE_WRITETHROUGH);
+    CHECK_EQ(blk_image_discard(img, 0, 4096, 0), 0);
+    CHECK_EQ(rec_ncalls, 2);
+    CHECK_EQ(rec_calls[1].op, REC_FLUSH);
+    blk_image_close(img);
+
+    /* native: raw passes it down, and nobody flushes */
+    img = open_rec("discardfua=1", BLK_CACHE_WRITEBACK);
+    CHECK_EQ(blk_image_discard(img, 0, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_ncalls, 1);
+    CHECK_EQ(rec_calls[0].op, REC_DISCARD);
+    CHECK_EQ(rec_calls[0].flags, BLK_REQ_FUA);
+    CHECK_EQ(blk_node_child(blk_image_root(img))->stats.fua_native, 1);
+    blk_image_close(img);
+
+    /* on a node alone too: io.c emulates, whoever calls */
+    struct blk_node *n = open_rec_node("", false);
+    CHECK_EQ(blk_discard(n, 4096, 4096, BLK_REQ_FUA), 0);
+    CHECK_EQ(rec_ncalls, 2);
+    CHECK_EQ(rec_calls[0].op, REC_DISCARD);
+    CHECK_EQ(rec_calls[1].op, REC_FLUSH);
+    blk_node_close(n);
 }
 
 static void test_detect_zeroes(void)
@@ -528,6 +573,7 @@ int main(void)
     RUN(test_discard_policy);
     RUN(test_compressed_write_checked);
     RUN(test_compressed_write_unsupported);
+    RUN(test_discard_fua);
     RUN(test_detect_zeroes);
     RUN(test_unaligned_rmw);
     RUN(test_unaligned_rmw_concurrent);
