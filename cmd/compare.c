@@ -1,10 +1,10 @@
 /* cmd/compare.c: "diskimg compare", as qemu-img compare: do two images
- * read the same?  Ranges that read as zeroes in both are never read, so
- * large holes cost nothing.  Exit codes are qemu-img's: 0 identical,
- * 1 different, 2 an image could not be opened, 3 block status failed,
- * 4 a read failed; and 5, an image is in use by another process.  Like
- * convert, a comparison is one pass: by default both images stream (what
- * is read cold leaves the page cache again). */
+ * read the same?  Options, opening the images and printing the verdict;
+ * the comparison itself is block/compare.c's.  Exit codes are qemu-img's:
+ * 0 identical, 1 different, 2 an image could not be opened, 3 block
+ * status failed, 4 a read failed; and 5, an image is in use by another
+ * process.  Like convert, a comparison is one pass: by default both images
+ * stream (what is read cold leaves the page cache again). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,12 +12,11 @@
 #include <string.h>
 
 #include "block/block.h"
+#include "block/compare.h"
 #include "cmd.h"
 #include "progress.h"
 #include "common/cleanup.h"
-#include "common/util.h"
 
-#define CMP_CHUNK (4u << 20)
 #define EXIT_CMP_DIFFERENT 1
 #define EXIT_CMP_OPEN 2
 #define EXIT_CMP_STATUS 3
@@ -48,102 +47,66 @@ static void compare_usage(FILE *f)
                "4 read failed, " CMD_IN_USE_HELP ".  See diskimg-compare(1).\n");
 }
 
-struct cmp {
-    struct blk_image *a, *b;
-    bool strict, quiet;
-    uint8_t *ba, *bb;
-    struct cmd_progress progress;
-    uint64_t total;
-};
-
-/* What strict mode compares: qemu-img compare -s compares the whole block
- * status, so a hole differs from written zeroes, a zero cluster from an
- * unallocated one, and a preallocated cluster from both. */
-#define STRICT_FLAGS (BLK_EXT_DATA | BLK_EXT_ZERO | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET)
-
-/* First differing offset in [off, off+len) of a and b, or len if none:
- * *status gets an exit code on failure. */
-static int cmp_range(struct cmp *c, uint64_t off, uint64_t len, uint64_t *diff)
+/* The error line and exit code of a comparison that could not finish:
+ * qemu-img's codes tell a failed block status from a failed read. */
+static int compare_failure(int r, const struct blk_compare_result *res)
 {
-    struct blk_extent ea, eb;
-    int r;
-
-    *diff = UINT64_MAX;
-    while (len > 0) {
-        if ((r = blk_image_block_status(c->a, off, len, &ea)) < 0 ||
-            (r = blk_image_block_status(c->b, off, len, &eb)) < 0) {
-            cmd_print_failure(r, "block status at offset %" PRIu64, off);
-            return EXIT_CMP_STATUS;
-        }
-        uint64_t n = MIN(MIN(ea.length, eb.length), (uint64_t)CMP_CHUNK);
-        bool za = ea.flags & BLK_EXT_ZERO, zb = eb.flags & BLK_EXT_ZERO;
-        cmd_progress_update(&c->progress, off, c->total);
-        if (c->strict && (ea.flags & STRICT_FLAGS) != (eb.flags & STRICT_FLAGS)) {
-            if (!c->quiet) {
-                printf("Strict mode: Offset %" PRIu64 " block status mismatch!\n", off);
-            }
-            return EXIT_CMP_DIFFERENT;
-        }
-        if (!(za && zb)) {
-            if ((!za && (r = blk_image_pread(c->a, off, c->ba, n)) < 0) ||
-                (!zb && (r = blk_image_pread(c->b, off, c->bb, n)) < 0)) {
-                cmd_print_failure(r, "reading at offset %" PRIu64, off);
-                return EXIT_CMP_READ;
-            }
-            const uint8_t *pa = za ? NULL : c->ba, *pb = zb ? NULL : c->bb;
-            for (uint64_t i = 0; i < n; i++) {
-                uint8_t va = pa ? pa[i] : 0, vb = pb ? pb[i] : 0;
-                if (va != vb) {
-                    *diff = off + i;
-                    return 0;
-                }
-            }
-        }
-        off += n;
-        len -= n;
+    if (res->failed == BLK_CMP_FAIL_STATUS) {
+        cmd_print_failure(r, "block status at offset %" PRIu64, res->offset);
+        return EXIT_CMP_STATUS;
     }
-    return 0;
+    if (res->failed == BLK_CMP_FAIL_READ) {
+        cmd_print_failure(r, "reading at offset %" PRIu64, res->offset);
+        return EXIT_CMP_READ;
+    }
+    cmd_print_error(r);
+    return EXIT_ERROR;
 }
 
-/* The tail of the larger image must read as zeroes. */
-static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t end,
-                    uint64_t *diff)
+/* qemu-img compare's lines and exit code for what blk_compare found. */
+static int compare_report(int r, const struct blk_compare_result *res, bool quiet)
 {
-    *diff = UINT64_MAX;
-    while (off < end) {
-        struct blk_extent e;
-        cmd_progress_update(&c->progress, off, c->total);
-        int r = blk_image_block_status(img, off, end - off, &e);
-        if (r < 0) {
-            cmd_print_failure(r, "block status at offset %" PRIu64, off);
-            return EXIT_CMP_STATUS;
-        }
-        uint64_t n = MIN(e.length, (uint64_t)CMP_CHUNK);
-        if (!(e.flags & BLK_EXT_ZERO)) {
-            if ((r = blk_image_pread(img, off, c->ba, n)) < 0) {
-                cmd_print_failure(r, "reading at offset %" PRIu64, off);
-                return EXIT_CMP_READ;
-            }
-            for (uint64_t i = 0; i < n; i++) {
-                if (c->ba[i]) {
-                    *diff = off + i;
-                    return 0;
-                }
-            }
-        }
-        off += n;
+    if (res->tail_compared && !quiet) {
+        printf("Warning: Image size mismatch!\n");
     }
-    return 0;
+    if (r < 0) {
+        return compare_failure(r, res);
+    }
+    switch (res->verdict) {
+    case BLK_CMP_IDENTICAL:
+        if (!quiet) {
+            printf("Images are identical.\n");
+        }
+        return EXIT_OK;
+    case BLK_CMP_SIZE_DIFFERS:
+        if (!quiet) {
+            printf("Strict mode: Image size mismatch!\n");
+        }
+        break;
+    case BLK_CMP_STATUS_DIFFERS:
+        if (!quiet) {
+            printf("Strict mode: Offset %" PRIu64 " block status mismatch!\n", res->offset);
+        }
+        break;
+    case BLK_CMP_DATA_DIFFERS:
+        if (!quiet) {
+            printf("Content mismatch at offset %" PRIu64 "!\n", res->offset);
+        }
+        break;
+    }
+    return EXIT_CMP_DIFFERENT;
 }
 
 static int compare_run(int argc, char **argv)
 {
     struct blk_image_opts oa = {.read_only = true, .stream = true},
                           ob = {.read_only = true, .stream = true};
-    struct cmp c = {0};
-    uint64_t diff = UINT64_MAX;
-    int ch, status = 0, r;
-    bool progress = false, progress_json = false;
+    struct blk_image *a = NULL, *b = NULL;
+    struct blk_compare_opts co = {0};
+    struct blk_compare_result res;
+    struct cmd_progress prog;
+    int ch, status, r;
+    bool quiet = false, progress = false, progress_json = false;
     enum { OPT_PROGRESS = 256 };
 
     static const struct option longopts[] = {
@@ -168,7 +131,7 @@ static int compare_run(int argc, char **argv)
             ob.format = optarg;
             break;
         case 's':
-            c.strict = true;
+            co.strict = true;
             break;
         case 'p':
             progress = true;
@@ -181,7 +144,7 @@ static int compare_run(int argc, char **argv)
             progress_json = strcmp(optarg, "json") == 0;
             break;
         case 'q':
-            c.quiet = true;
+            quiet = true;
             break;
         case 'U':
             oa.force_share = ob.force_share = true;
@@ -208,50 +171,23 @@ static int compare_run(int argc, char **argv)
     }
     oa.filename = argv[optind];
     ob.filename = argv[optind + 1];
-    if ((r = blk_image_open(&c.a, &oa)) < 0 || (r = blk_image_open(&c.b, &ob)) < 0) {
+    if ((r = blk_image_open(&a, &oa)) < 0 || (r = blk_image_open(&b, &ob)) < 0) {
         cmd_print_open_error(r, true);
-        blk_image_close(c.a);
+        blk_image_close(a);
         return cmd_status(r, EXIT_CMP_OPEN);
     }
-    /* page-aligned for -T none (O_DIRECT) */
-    c.ba = aligned_alloc(4096, CMP_CHUNK);
-    c.bb = aligned_alloc(4096, CMP_CHUNK);
-    uint64_t sa = blk_image_size(c.a), sb = blk_image_size(c.b);
-    c.total = MAX(sa, sb);
-    cmd_progress_start(&c.progress, progress && !c.quiet, progress_json);
-    if (!c.ba || !c.bb) {
-        status = EXIT_ERROR;
-    } else if (c.strict && sa != sb) {
-        if (!c.quiet) {
-            printf("Strict mode: Image size mismatch!\n");
-        }
-        status = EXIT_CMP_DIFFERENT;
-    } else {
-        status = cmp_range(&c, 0, MIN(sa, sb), &diff);
-        if (status == 0 && diff == UINT64_MAX && sa != sb) {
-            if (!c.quiet) {
-                printf("Warning: Image size mismatch!\n");
-            }
-            status = cmp_tail(&c, sa > sb ? c.a : c.b, MIN(sa, sb), MAX(sa, sb), &diff);
-        }
-        if (status == 0 && diff == UINT64_MAX) {
-            cmd_progress_finish(&c.progress, c.total); /* compared to the end */
-        } else {
-            cmd_progress_abort(&c.progress);
-        }
-        if (status == 0 && diff != UINT64_MAX) {
-            if (!c.quiet) {
-                printf("Content mismatch at offset %" PRIu64 "!\n", diff);
-            }
-            status = EXIT_CMP_DIFFERENT;
-        } else if (status == 0 && !c.quiet) {
-            printf("Images are identical.\n");
-        }
+    cmd_progress_start(&prog, progress && !quiet, progress_json);
+    co.progress = cmd_progress_cb;
+    co.progress_opaque = &prog;
+    r = blk_compare(a, b, &co, &res);
+    if (r == 0 && res.verdict == BLK_CMP_IDENTICAL) {
+        cmd_progress_finish(&prog, MAX(blk_image_size(a), blk_image_size(b))); /* to the end */
+    } else if (r < 0 || res.verdict != BLK_CMP_SIZE_DIFFERS) {
+        cmd_progress_abort(&prog); /* a line was drawn: end it */
     }
-    free(c.ba);
-    free(c.bb);
-    blk_image_close(c.a);
-    blk_image_close(c.b);
+    status = compare_report(r, &res, quiet);
+    blk_image_close(a);
+    blk_image_close(b);
     return status;
 }
 
