@@ -5,7 +5,9 @@
  *     reach the disk (unsafe);
  *   - detect-zeroes: writes of zero buffers become write-zeroes;
  *   - discard: ignore or unmap, for TRIM and for write-zeroes' MAY_UNMAP.
- * The emulation of what drivers lack stays in io.c. */
+ * Every request goes to the root node through io.c, which checks it and
+ * emulates what the drivers lack; nothing here calls a driver's data
+ * path. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
