@@ -3,15 +3,16 @@
  * writes, flushes every N writes), and the run reports IOPS, MB/s and
  * latency percentiles.  The same command measures a local file, our
  * server or any other NBD server, so "native FUA vs write + flush" is one
- * command line away. */
+ * command line away.  Options, opening the image and printing are here;
+ * the threads and their requests are block/bench.c's. */
 #include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/bench.h"
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
@@ -47,78 +48,9 @@ static void bench_usage(FILE *f)
                "See diskimg-bench(1).\n");
 }
 
-struct bench {
-    struct blk_image *img;
-    bool write, fua, rand;
-    uint64_t size, count, offset, flush_interval, span;
-    _Atomic uint64_t next;   /* requests handed out */
-    _Atomic uint64_t writes; /* completed, for flush-interval */
-    _Atomic int failed;
-    pthread_mutex_t flush_lock;
-    struct histogram lat;
-    struct histogram flush_lat;
-};
-
-static uint64_t bench_offset(struct bench *b, uint64_t i, uint64_t *rng)
-{
-    uint64_t slots = b->span / b->size;
-
-    if (b->rand) {
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
-        return b->offset + (*rng % slots) * b->size;
-    }
-    return b->offset + (i % slots) * b->size;
-}
-
-static void *bench_worker(void *arg)
-{
-    struct bench *b = arg;
-    void *buf = NULL;
-    uint64_t rng = (uint64_t)(uintptr_t)&buf ^ clock_ns();
-
-    if (posix_memalign(&buf, 4096, b->size) != 0) {
-        atomic_store(&b->failed, 1);
-        return NULL;
-    }
-    /* Non-zero data, so nothing is turned into a hole on the way. */
-    memset(buf, 0xa5, b->size);
-    for (;;) {
-        uint64_t i = atomic_fetch_add(&b->next, 1);
-        if (i >= b->count || atomic_load(&b->failed)) {
-            break;
-        }
-        uint64_t off = bench_offset(b, i, &rng), t0 = clock_ns();
-        int r = b->write ? blk_image_pwrite(b->img, off, buf, b->size, b->fua ? BLK_REQ_FUA : 0)
-                         : blk_image_pread(b->img, off, buf, b->size);
-        hist_record(&b->lat, clock_ns() - t0);
-        if (r < 0) {
-            cmd_print_error(r);
-            atomic_store(&b->failed, 1);
-            break;
-        }
-        if (b->write && b->flush_interval &&
-            (atomic_fetch_add(&b->writes, 1) + 1) % b->flush_interval == 0) {
-            uint64_t f0 = clock_ns();
-            pthread_mutex_lock(&b->flush_lock);
-            r = blk_image_flush(b->img);
-            pthread_mutex_unlock(&b->flush_lock);
-            hist_record(&b->flush_lat, clock_ns() - f0);
-            if (r < 0) {
-                cmd_print_error(r);
-                atomic_store(&b->failed, 1);
-                break;
-            }
-        }
-    }
-    free(buf);
-    return NULL;
-}
-
-/* The options into b, o, depth and json; -1 to go on, or the exit status. */
-static int bench_options(int argc, char **argv, struct bench *b, struct blk_image_opts *o,
-                         uint64_t *depth, bool *json)
+/* The options into b, o and json; -1 to go on, or the exit status. */
+static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct blk_image_opts *o,
+                         bool *json)
 {
     enum { OPT_FUA = 256, OPT_FLUSH, OPT_PATTERN, OPT_AIO, OPT_OUTPUT };
     static const struct option longopts[] = {
@@ -136,6 +68,7 @@ static int bench_options(int argc, char **argv, struct bench *b, struct blk_imag
     uint64_t v;
     int c, r;
 
+    b->depth = 64;
     b->size = 4096;
     b->count = 75000;
     opterr = 0;
@@ -154,7 +87,7 @@ static int bench_options(int argc, char **argv, struct bench *b, struct blk_imag
             b->fua = true;
             break;
         case 'd':
-            if (parse_uint(optarg, 1, 1024, depth) < 0) {
+            if (parse_uint(optarg, 1, 1024, &b->depth) < 0) {
                 return cmd_usage_error("bench", "-d takes 1 to 1024");
             }
             break;
@@ -227,62 +160,52 @@ static int bench_options(int argc, char **argv, struct bench *b, struct blk_imag
 }
 
 /* The first line of a human report, before the requests go out. */
-static void bench_announce(const struct bench *b, uint64_t depth)
+static void bench_announce(const struct blk_bench_opts *b)
 {
     printf("Sending %" PRIu64 " %s requests, %" PRIu64 " bytes each, %" PRIu64
            " in parallel (%s, starting at offset %" PRIu64 ")%s\n",
-           b->count, b->write ? "write" : "read", b->size, depth, b->rand ? "random" : "sequential",
-           b->offset, b->fua ? ", FUA" : "");
+           b->count, b->write ? "write" : "read", b->size, b->depth,
+           b->rand ? "random" : "sequential", b->offset, b->fua ? ", FUA" : "");
 }
 
-/* Opens the image, keeps depth requests in flight until count are done,
- * flushes what was written and closes it; *secs gets the time the
- * requests took.  Returns EXIT_OK or the exit status of the failure. */
-static int bench_execute(struct bench *b, const struct blk_image_opts *o, uint64_t depth, bool json,
-                         double *secs)
+/* Opens the image, runs the requests (block/bench.c) and closes it; *res
+ * gets what they measured.  Returns EXIT_OK or the exit status of the
+ * failure. */
+static int bench_execute(const struct blk_bench_opts *b, const struct blk_image_opts *o, bool json,
+                         struct blk_bench_result *res)
 {
-    int r = blk_image_open(&b->img, o);
+    struct blk_image *img;
+    int r = blk_image_open(&img, o);
     if (r < 0) {
         cmd_print_open_error(r, !b->write);
         return cmd_status(r, EXIT_ERROR);
     }
-    uint64_t size = blk_image_size(b->img);
+    uint64_t size = blk_image_size(img);
     if (b->offset >= size || size - b->offset < b->size) {
-        blk_image_close(b->img);
+        blk_image_close(img);
         fprintf(stderr,
                 "diskimg: %s is too small for %" PRIu64 "-byte requests at offset %" PRIu64 "\n",
                 o->filename, b->size, b->offset);
         return EXIT_ERROR;
     }
-    b->span = size - b->offset;
-    pthread_mutex_init(&b->flush_lock, NULL);
     if (!json) {
-        bench_announce(b, depth);
+        bench_announce(b);
     }
-    pthread_t *tid = calloc(depth, sizeof *tid);
-    uint64_t started = 0, t0 = clock_ns();
-    for (uint64_t i = 0; tid && i < depth; i++) {
-        if (pthread_create(&tid[i], NULL, bench_worker, b) != 0) {
-            break;
+    r = blk_bench(img, b, res);
+    blk_image_close(img);
+    if (r < 0) {
+        /* Only a failed request has ever had a line: running out of
+         * memory or threads, and the final flush, fail silently. */
+        if (res->failed == BLK_BENCH_FAIL_REQUEST) {
+            cmd_print_error(r);
         }
-        started++;
-    }
-    for (uint64_t i = 0; i < started; i++) {
-        pthread_join(tid[i], NULL);
-    }
-    *secs = (double)(clock_ns() - t0) / 1e9;
-    free(tid);
-    if (!atomic_load(&b->failed) && b->write) {
-        r = blk_image_flush(b->img);
-    }
-    blk_image_close(b->img);
-    if (atomic_load(&b->failed) || started == 0 || r < 0) {
         return EXIT_ERROR;
     }
     return EXIT_OK;
 }
 
-static void bench_report_json(struct bench *b, uint64_t depth, double secs)
+static void bench_report_json(const struct blk_bench_opts *b, struct blk_bench_result *res,
+                              double secs)
 {
     double iops = (double)b->count / secs, mbps = iops * (double)b->size / 1e6;
     struct json_writer w;
@@ -292,40 +215,42 @@ static void bench_report_json(struct bench *b, uint64_t depth, double secs)
     json_str(&w, "operation", b->write ? (b->fua ? "write-fua" : "write") : "read");
     json_uint(&w, "requests", b->count);
     json_uint(&w, "request-size", b->size);
-    json_uint(&w, "depth", depth);
+    json_uint(&w, "depth", b->depth);
     json_str(&w, "pattern", b->rand ? "rand" : "seq");
     json_double(&w, "seconds", secs);
     json_double(&w, "iops", iops);
     json_double(&w, "mbps", mbps);
     json_begin_object(&w, "latency-us");
-    json_double(&w, "mean", (double)hist_mean(&b->lat) / 1e3);
-    json_double(&w, "p50", (double)hist_quantile(&b->lat, 0.5) / 1e3);
-    json_double(&w, "p90", (double)hist_quantile(&b->lat, 0.9) / 1e3);
-    json_double(&w, "p99", (double)hist_quantile(&b->lat, 0.99) / 1e3);
-    json_double(&w, "p99.9", (double)hist_quantile(&b->lat, 0.999) / 1e3);
-    json_double(&w, "max", (double)atomic_load(&b->lat.max) / 1e3);
+    json_double(&w, "mean", (double)hist_mean(&res->lat) / 1e3);
+    json_double(&w, "p50", (double)hist_quantile(&res->lat, 0.5) / 1e3);
+    json_double(&w, "p90", (double)hist_quantile(&res->lat, 0.9) / 1e3);
+    json_double(&w, "p99", (double)hist_quantile(&res->lat, 0.99) / 1e3);
+    json_double(&w, "p99.9", (double)hist_quantile(&res->lat, 0.999) / 1e3);
+    json_double(&w, "max", (double)atomic_load(&res->lat.max) / 1e3);
     json_end_object(&w);
     if (b->flush_interval) {
-        json_uint(&w, "flushes", atomic_load(&b->flush_lat.count));
-        json_double(&w, "flush-p50-us", (double)hist_quantile(&b->flush_lat, 0.5) / 1e3);
+        json_uint(&w, "flushes", atomic_load(&res->flush_lat.count));
+        json_double(&w, "flush-p50-us", (double)hist_quantile(&res->flush_lat, 0.5) / 1e3);
     }
     json_end_object(&w);
     json_finish(&w);
 }
 
-static void bench_report_human(struct bench *b, double secs)
+static void bench_report_human(const struct blk_bench_opts *b, struct blk_bench_result *res,
+                               double secs)
 {
     double iops = (double)b->count / secs, mbps = iops * (double)b->size / 1e6;
 
     printf("Run completed in %.3f seconds.\n", secs);
     printf("%.0f IOPS, %.1f MB/s; latency us: mean %.0f, p50 %.0f, p90 %.0f, p99 %.0f, "
            "p99.9 %.0f, max %.0f\n",
-           iops, mbps, (double)hist_mean(&b->lat) / 1e3, (double)hist_quantile(&b->lat, 0.5) / 1e3,
-           (double)hist_quantile(&b->lat, 0.9) / 1e3, (double)hist_quantile(&b->lat, 0.99) / 1e3,
-           (double)hist_quantile(&b->lat, 0.999) / 1e3, (double)atomic_load(&b->lat.max) / 1e3);
+           iops, mbps, (double)hist_mean(&res->lat) / 1e3,
+           (double)hist_quantile(&res->lat, 0.5) / 1e3, (double)hist_quantile(&res->lat, 0.9) / 1e3,
+           (double)hist_quantile(&res->lat, 0.99) / 1e3,
+           (double)hist_quantile(&res->lat, 0.999) / 1e3, (double)atomic_load(&res->lat.max) / 1e3);
     if (b->flush_interval) {
-        printf("%" PRIu64 " flushes, p50 %.0f us\n", atomic_load(&b->flush_lat.count),
-               (double)hist_quantile(&b->flush_lat, 0.5) / 1e3);
+        printf("%" PRIu64 " flushes, p50 %.0f us\n", atomic_load(&res->flush_lat.count),
+               (double)hist_quantile(&res->flush_lat, 0.5) / 1e3);
     }
 }
 
@@ -333,23 +258,23 @@ static int bench_run(int argc, char **argv)
 {
     struct blk_image_opts o = {
         .cache = BLK_CACHE_WRITEBACK, .discard = BLK_DISCARD_UNMAP, .options = CMD_BULK_OPTIONS};
-    static struct bench b;
-    uint64_t depth = 64;
+    struct blk_bench_opts b = {0};
+    static struct blk_bench_result res;
     bool json = false;
-    double secs = 0;
 
-    int status = bench_options(argc, argv, &b, &o, &depth, &json);
+    int status = bench_options(argc, argv, &b, &o, &json);
     if (status >= 0) {
         return status;
     }
-    status = bench_execute(&b, &o, depth, json, &secs);
+    status = bench_execute(&b, &o, json, &res);
     if (status != EXIT_OK) {
         return status;
     }
+    double secs = (double)res.ns / 1e9;
     if (json) {
-        bench_report_json(&b, depth, secs);
+        bench_report_json(&b, &res, secs);
     } else {
-        bench_report_human(&b, secs);
+        bench_report_human(&b, &res, secs);
     }
     return EXIT_OK;
 }
