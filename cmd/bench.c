@@ -168,6 +168,23 @@ static void bench_announce(const struct blk_bench_opts *b)
            b->rand ? "random" : "sequential", b->offset, b->fua ? ", FUA" : "");
 }
 
+/* One line for every way the run can fail, naming the step when the
+ * engine recorded no message of its own. */
+static void bench_print_failure(enum blk_bench_failure step, int r, const char *filename)
+{
+    switch (step) {
+    case BLK_BENCH_FAIL_REQUEST:
+        cmd_print_failure(r, "a request to %s", filename);
+        break;
+    case BLK_BENCH_FAIL_FLUSH:
+        cmd_print_failure(r, "flushing %s", filename);
+        break;
+    default:
+        cmd_print_failure(r, "starting the benchmark on %s", filename);
+        break;
+    }
+}
+
 /* Opens the image, runs the requests (block/bench.c) and closes it; *res
  * gets what they measured.  Returns EXIT_OK or the exit status of the
  * failure. */
@@ -194,11 +211,7 @@ static int bench_execute(const struct blk_bench_opts *b, const struct blk_image_
     r = blk_bench(img, b, res);
     blk_image_close(img);
     if (r < 0) {
-        /* Only a failed request has ever had a line: running out of
-         * memory or threads, and the final flush, fail silently. */
-        if (res->failed == BLK_BENCH_FAIL_REQUEST) {
-            cmd_print_error(r);
-        }
+        bench_print_failure(res->failed, r, o->filename);
         return EXIT_ERROR;
     }
     return EXIT_OK;

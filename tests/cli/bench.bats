@@ -10,7 +10,10 @@ load '../helpers'
 load '../interop/lib'
 
 setup() { setup_test; }
-teardown() { cleanup_test; }
+teardown() {
+    kill_extra_servers
+    cleanup_test
+}
 
 MiB=1048576
 
@@ -265,6 +268,24 @@ EOF
     chmod 0444 "$TEST_DIR/a.raw"
     run "$DISKIMG" bench -c 10 "$TEST_DIR/a.raw"
     assert_success
+}
+
+@test "bench: a failing write and a failing final flush each fail with one line (exit 1)" {
+    require_tool nbdkit
+    start_kit "$TEST_DIR/w.sock" --filter=error memory 4M error-pwrite=EIO error-pwrite-rate=100%
+    run --separate-stderr "$DISKIMG" bench -w -c 10 "nbd+unix:///?socket=$TEST_DIR/w.sock"
+    assert_failure 1
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == "diskimg: "* ]]
+    [[ "$stderr" == *"Input/output error"* ]]
+
+    # nbdkit's error filter cannot fail flushes: a plugin whose flush fails
+    start_kit "$TEST_DIR/f.sock" eval get_size='echo 4M' can_write='exit 0' can_flush='exit 0' \
+        pwrite='cat >/dev/null' flush='echo "EIO the disk is gone" >&2; exit 1'
+    run --separate-stderr "$DISKIMG" bench -f raw -w -c 10 "nbd+unix:///?socket=$TEST_DIR/f.sock"
+    assert_failure 1
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && "$stderr" == "diskimg: "* ]]
+    [[ "$stderr" == *"NBD_CMD_FLUSH failed: Input/output error"* ]]
+    kill_extra_servers
 }
 
 @test "bench --aio=io_uring and cache modes on a local file" {
