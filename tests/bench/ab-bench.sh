@@ -2,21 +2,24 @@
 # ab-bench.sh - two builds of `diskimg serve` against each other, to show that
 # a change (a refactor, a tuning) does not make serving slower.
 #
-# Usage: ab-bench.sh -a OLD -b NEW [-t SEC] [-r ROUNDS] [-d DIR] [-w LIST]
+# Usage: ab-bench.sh -a OLD -b NEW [-t SEC] [-r ROUNDS] [-c CACHE] [-d DIR] [-w LIST]
 #   -a PATH    the reference diskimg binary (e.g. a build of main before the change)
 #   -b PATH    the diskimg binary under test
 #   -t SEC     seconds per workload (default 5)
 #   -r N       rounds (default 5); odd rounds run A first, even rounds B first
+#   -c MODE    the servers' --cache mode (default writeback)
 #   -d DIR     scratch directory (default /var/tmp/diskimg-ab-bench)
 #   -w LIST    comma-separated workloads (default: all below)
 #
 # Workloads (nbd-fua-client.py, one connection, 4 KiB at random offsets unless
-# said otherwise; servers run with -t --cache=writeback on a unix socket):
+# said otherwise; servers run with -t --cache=MODE on a unix socket):
 #   raw-read-qd1 raw-read-qd16     reads of a 1 GiB random-data raw image
 #   raw-fua-qd16                   writes with FUA into it
 #   raw-wflush-qd1                 write, then FLUSH, one at a time
 #   qcow2-alloc-qd16               writes into a fresh, empty 64 GiB qcow2
 #   qcow2-alloc-fua-qd1            the same with FUA, one at a time
+#   qcow2-alloc-fua-qd16           the same with FUA, 16 in flight (not in the default set)
+#   qcow2-over-fua-qd16            overwrites with FUA (not in the default set)
 #   qcow2-over-qd16                writes into a fully allocated 1 GiB qcow2
 #   qcow2-read-qd16                reads of that image
 # Every case starts its server on a fresh copy of its image, warmed in the
@@ -30,13 +33,13 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3 # has python3-libnbd; the PATH python3 may not
 CLIENT=$HERE/nbd-fua-client.py
-A="" B="" RUNTIME=5 ROUNDS=5 DIR=/var/tmp/diskimg-ab-bench
+A="" B="" RUNTIME=5 ROUNDS=5 CACHE=writeback DIR=/var/tmp/diskimg-ab-bench
 WORKLOADS=(raw-read-qd1 raw-read-qd16 raw-fua-qd16 raw-wflush-qd1
   qcow2-alloc-qd16 qcow2-alloc-fua-qd1 qcow2-over-qd16 qcow2-read-qd16)
 
-while getopts "a:b:t:r:d:w:h" opt; do
+while getopts "a:b:t:r:c:d:w:h" opt; do
   case $opt in
-    a) A=$OPTARG ;; b) B=$OPTARG ;; t) RUNTIME=$OPTARG ;; r) ROUNDS=$OPTARG ;;
+    a) A=$OPTARG ;; b) B=$OPTARG ;; t) RUNTIME=$OPTARG ;; r) ROUNDS=$OPTARG ;; c) CACHE=$OPTARG ;;
     d) DIR=$OPTARG ;; w) IFS=, read -r -a WORKLOADS <<<"$OPTARG" ;;
     h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
@@ -84,7 +87,7 @@ run_case() { # BIN WORKLOAD -> value on stdout
   esac
   cat "$img" >/dev/null # warm, the same for both builds
   rm -f "$sock"
-  "$1" serve -t -f "$fmt" --cache=writeback -k "$sock" "$img" 2>>"$DIR/server.log" &
+  "$1" serve -t -f "$fmt" --cache="$CACHE" -k "$sock" "$img" 2>>"$DIR/server.log" &
   SERVER=$!
   wait_socket "$1" "$sock"
   # shellcheck disable=SC2046
