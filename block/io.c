@@ -191,6 +191,21 @@ static int blk_write_aligned_or_rmw(struct blk_node *n, uint64_t off, uint64_t l
     return r;
 }
 
+/* The end of every request that can carry FUA: FUA the driver lacks is a
+ * flush of the node, once the request is done; FUA it honoured is only
+ * counted.  The one place where FUA is emulated. */
+static int blk_complete_fua(struct blk_node *n, bool native_fua, bool emulate_fua)
+{
+    if (emulate_fua) {
+        STAT_INC(n, fua_emulated, 1);
+        return blk_flush(n);
+    }
+    if (native_fua) {
+        STAT_INC(n, fua_native, 1);
+    }
+    return 0;
+}
+
 int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                 unsigned flags)
 {
@@ -228,14 +243,7 @@ int blk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
     }
     STAT_INC(n, writes, 1);
     STAT_INC(n, bytes_written, len);
-    if (native & BLK_REQ_FUA) {
-        STAT_INC(n, fua_native, 1);
-    }
-    if (emulated & BLK_REQ_FUA) {
-        STAT_INC(n, fua_emulated, 1);
-        r = blk_flush(n);
-    }
-    return r;
+    return blk_complete_fua(n, native & BLK_REQ_FUA, emulated & BLK_REQ_FUA);
 }
 
 int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, unsigned flags)
@@ -377,13 +385,7 @@ int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
         return r;
     }
     STAT_INC(n, zeroes, 1);
-    if (emulate_fua) {
-        STAT_INC(n, fua_emulated, 1);
-        r = blk_flush(n);
-    } else if (native & BLK_REQ_FUA) {
-        STAT_INC(n, fua_native, 1);
-    }
-    return r;
+    return blk_complete_fua(n, native & BLK_REQ_FUA, emulate_fua);
 }
 
 int blk_discard_check(struct blk_node *n, uint64_t off, uint64_t len)
@@ -430,14 +432,7 @@ int blk_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
     if (r < 0) {
         return r;
     }
-    if (native & BLK_REQ_FUA) {
-        STAT_INC(n, fua_native, 1);
-    }
-    if (emulated & BLK_REQ_FUA) {
-        STAT_INC(n, fua_emulated, 1);
-        r = blk_flush(n);
-    }
-    return r;
+    return blk_complete_fua(n, native & BLK_REQ_FUA, emulated & BLK_REQ_FUA);
 }
 
 int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
