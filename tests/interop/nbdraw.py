@@ -127,7 +127,13 @@ class Conn:
     def recv_exact(self, n):
         buf = bytearray()
         while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            try:
+                chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            except ConnectionResetError:
+                # Linux resets a unix socket whose peer closed with
+                # requests still unread: a close all the same.
+                raise Closed("server reset the connection after %d of %d bytes"
+                             % (len(buf), n)) from None
             if not chunk:
                 raise Closed("server closed the connection after %d of %d bytes"
                              % (len(buf), n))
