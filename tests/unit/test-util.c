@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "common/bufpool.h"
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/histogram.h"
@@ -344,11 +345,29 @@ static void test_log_one_line(void)
     unlink(path);
 }
 
+static void test_bytes(void)
+{
+    uint8_t b[9] = {0};
+    put_le32(b + 1, 0x11223344u); /* unaligned on purpose */
+    CHECK(b[1] == 0x44 && b[4] == 0x11 && get_le32(b + 1) == 0x11223344u);
+    put_be64(b + 1, 0x0102030405060708ull);
+    CHECK(b[1] == 0x01 && b[8] == 0x08 && get_be64(b + 1) == 0x0102030405060708ull);
+    put_le16(b, 0xabcd);
+    CHECK(b[0] == 0xcd && get_le16(b) == 0xabcd);
+    put_be16(b, 0xabcd);
+    CHECK(b[0] == 0xab && get_be16(b) == 0xabcd);
+    put_be32(b, 1);
+    CHECK(b[3] == 1 && get_be32(b) == 1);
+    put_le64(b, 1);
+    CHECK(b[0] == 1 && b[7] == 0 && get_le64(b) == 1);
+}
+
 int main(void)
 {
     RUN(test_parse_size);
     RUN(test_parse_uint_bool);
     RUN(test_buffer_is_zero);
+    RUN(test_bytes);
     RUN(test_iov);
     RUN(test_histogram);
     RUN(test_json);
