@@ -16,6 +16,7 @@
 #include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "formats/named-file.h"
 #include "qcow2.h"
 
 /* ---- flush, status, size ---- */
@@ -381,7 +382,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
 
 fail:;
     CLEANUP_FREE char *esc = str_escape(n->filename); /* a backing file's name is the image's */
-    if (esc && !strstr(err_msg(), esc) && !qcow2_chain_error_below(r, opts)) {
+    if (esc && !strstr(err_msg(), esc) && !fmt_chain_error_below(r, opts)) {
         err_prefix("%s", esc);
     }
     qcow2_free_state(s);

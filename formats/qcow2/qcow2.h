@@ -356,12 +356,9 @@ int qcow2_create_check(const struct blk_create_opts *o);
 /* info.c: the driver's get_info. */
 int qcow2_get_info(struct blk_node *n, struct blk_image_info *info);
 
-/* backing.c.  The backing file's path: relative to the overlay's
- * directory; a protocol name ("json:", "nbd:") is refused. */
+/* backing.c, over formats/named-file.h.  The backing file's path:
+ * relative to the overlay's directory; a protocol name is refused. */
 int qcow2_backing_path(struct qcow2_state *s, char **out);
-/* A chain that loops or is too deep fails at its bottom, and only the
- * top image adds its name to the message. */
-bool qcow2_chain_error_below(int r, const struct blk_open_opts *opts);
 int qcow2_open_backing(struct qcow2_state *s, const struct blk_open_opts *opts);
 /* --untrusted: the error that names the backing file not opened. */
 int qcow2_refuse_backing(struct qcow2_state *s);

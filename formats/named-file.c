@@ -1,0 +1,133 @@
+/* formats/named-file.c: resolving and opening the files an image names
+ * (named-file.h says why there is one place for it). */
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/escape.h"
+#include "named-file.h"
+
+/* "nbd://...", "json:{...}": a colon before any slash. */
+static bool names_protocol(const char *name)
+{
+    const char *colon = strchr(name, ':');
+    const char *slash = strchr(name, '/');
+
+    return colon && (!slash || colon < slash);
+}
+
+static bool plain_file_name(const char *name)
+{
+    return name[0] && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+int fmt_named_path(const char *driver, const char *what, const char *image, const char *name,
+                   unsigned flags, char **out)
+{
+    *out = NULL;
+    if (names_protocol(name)) {
+        CLEANUP_FREE char *esc = str_escape(name);
+        return err_setx(ENOTSUP,
+                        "%s: %s '%s' names a protocol, which is not opened from an image "
+                        "header",
+                        driver, what, esc ? esc : "?");
+    }
+    if ((flags & FMT_NAME_SAME_DIR) && !plain_file_name(name)) {
+        CLEANUP_FREE char *esc = str_escape(name);
+        return err_setx(EPERM, "%s: %s '%s' is not a file in the image's own directory", driver,
+                        what, esc ? esc : "?");
+    }
+    if (name[0] == '/' || !strchr(image, '/')) {
+        /* absolute, or relative to an image in the current directory */
+        *out = strdup(name);
+    } else {
+        CLEANUP_FREE char *copy = strdup(image);
+        if (!copy) {
+            return err_set(ENOMEM, "%s: %s path", driver, what);
+        }
+        if (asprintf(out, "%s/%s", dirname(copy), name) < 0) {
+            *out = NULL;
+        }
+    }
+    return *out ? 0 : err_set(ENOMEM, "%s: %s path", driver, what);
+}
+
+int fmt_refuse_named(const char *driver, const char *what, const char *name)
+{
+    CLEANUP_FREE char *esc = str_escape(name);
+
+    return err_setx(EPERM, "%s: refusing to open %s '%s' (--untrusted opens the image alone)",
+                    driver, what, esc ? esc : "?");
+}
+
+bool fmt_chain_error_below(int r, const struct blk_open_opts *opts)
+{
+    return r == -ELOOP && opts->depth > 0;
+}
+
+int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
+                     const char *format, struct blk_node **out)
+{
+    struct blk_chain me = {0};
+    struct stat st;
+
+    if (stat(n->filename, &st) == 0) {
+        me.dev = st.st_dev;
+        me.ino = st.st_ino;
+    }
+    me.up = opts->chain;
+    struct blk_open_opts bo = {
+        .filename = path,
+        .read_only = true,
+        .direct = opts->direct,
+        .stream = opts->stream,
+        .aio = opts->aio,
+        .no_flush = opts->no_flush,
+        .depth = opts->depth + 1,
+        .chain = &me,
+        .force_share = opts->force_share,
+    };
+    blk_perm_for_backing(&opts->perms, &bo.perms);
+    int r = blk_open_stack(out, &bo, "file", format);
+    if (r < 0 && !fmt_chain_error_below(r, opts)) {
+        CLEANUP_FREE char *esc = str_escape(n->filename);
+        err_prefix("%s: %s: backing file", n->drv->name, esc ? esc : "?");
+    }
+    return r;
+}
+
+int fmt_open_extent(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
+                    struct blk_node **out)
+{
+    const struct blk_driver *file = blk_find_driver("file");
+    struct blk_open_opts eo = {
+        .filename = path,
+        .read_only = opts->read_only,
+        .direct = opts->direct,
+        .stream = opts->stream,
+        .aio = opts->aio,
+        .no_flush = opts->no_flush,
+        .force_share = opts->force_share,
+        .perms = opts->perms,
+    };
+
+    if (!file) {
+        return err_setx(ENOTSUP, "%s: no file driver for extent", n->drv->name);
+    }
+    if (n->drv->child_perm) {
+        n->drv->child_perm(opts, &eo.perms);
+    }
+    int r = blk_node_open(out, file, NULL, &eo);
+    if (r < 0) {
+        CLEANUP_FREE char *esc = str_escape(n->filename);
+        err_prefix("%s: %s: extent", n->drv->name, esc ? esc : "?");
+        return r;
+    }
+    (*out)->no_flush = opts->no_flush;
+    return 0;
+}

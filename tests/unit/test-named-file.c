@@ -1,0 +1,74 @@
+/* tests/unit/test-named-file.c: how a name recorded in an image becomes a
+ * path (formats/named-file.c), and which names are refused. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/error.h"
+#include "formats/named-file.h"
+
+CHECK_GLOBALS
+
+/* The path for name, or NULL when it is refused (then *r is the error). */
+static char *path_of(const char *image, const char *name, unsigned flags, int *r)
+{
+    char *out = NULL;
+
+    *r = fmt_named_path("vmdk", "extent", image, name, flags, &out);
+    return out;
+}
+
+static void expect_path(const char *image, const char *name, unsigned flags, const char *want)
+{
+    int r;
+    char *got = path_of(image, name, flags, &r);
+
+    CHECK(r == 0 && got && strcmp(got, want) == 0);
+    free(got);
+}
+
+static void expect_refused(const char *name, unsigned flags, int err, const char *msg_part)
+{
+    int r;
+    char *got = path_of("dir/a.vmdk", name, flags, &r);
+
+    CHECK(r == -err && got == NULL);
+    CHECK(strstr(err_msg(), msg_part) != NULL);
+}
+
+static void test_relative_to_the_image(void)
+{
+    expect_path("dir/sub/a.img", "b.img", 0, "dir/sub/b.img");
+    expect_path("a.img", "b.img", 0, "b.img");
+    expect_path("/x/a.img", "../b.img", 0, "/x/../b.img");
+    expect_path("dir/a.img", "/abs/b.img", 0, "/abs/b.img");
+    expect_path("dir/a.vmdk", "a-flat.vmdk", FMT_NAME_SAME_DIR, "dir/a-flat.vmdk");
+}
+
+static void test_refused_names(void)
+{
+    expect_refused("nbd://host/x", 0, ENOTSUP, "names a protocol");
+    expect_refused("json:{}", 0, ENOTSUP, "vmdk: extent 'json:{}'");
+    expect_refused("../a-flat.vmdk", FMT_NAME_SAME_DIR, EPERM, "image's own directory");
+    expect_refused("/etc/passwd", FMT_NAME_SAME_DIR, EPERM, "image's own directory");
+    expect_refused("..", FMT_NAME_SAME_DIR, EPERM, "image's own directory");
+    expect_refused("", FMT_NAME_SAME_DIR, EPERM, "image's own directory");
+    /* the name is escaped in the message */
+    expect_refused("a\nb/c", FMT_NAME_SAME_DIR, EPERM, "a\\x0ab/c");
+}
+
+static void test_untrusted_message(void)
+{
+    CHECK(fmt_refuse_named("vpc", "parent", "p.vhd") == -EPERM);
+    CHECK(strcmp(err_msg(), "vpc: refusing to open parent 'p.vhd' (--untrusted opens the image "
+                            "alone)") == 0);
+}
+
+int main(void)
+{
+    RUN(test_relative_to_the_image);
+    RUN(test_refused_names);
+    RUN(test_untrusted_message);
+    return check_exit();
+}
