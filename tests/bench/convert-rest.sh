@@ -33,6 +33,10 @@
 #        qemu-nbd and into nbdkit, nbdcopy into nbdkit
 #   seed-writethrough                                vs qemu-img into qemu-nbd
 #   qcow2->nbd, nbd->qcow2                           vs qemu-img with qemu-nbd
+#   raw->FMT, FMT->raw for FMT in vpc vmdk vhdx vdi, and
+#   raw->vmdk-stream (streamOptimized)               vs qemu-img convert
+#        (the FMT sources are made once from the raw one by qemu-img,
+#        with its default options, in DIR/src.FMT)
 # The summary gives each case's median and the median of the per-round
 # ratios peer/diskimg (above 1: diskimg is faster).
 set -euo pipefail
@@ -62,10 +66,16 @@ PAIRS=(
   "qcow2->nbd|$C qcow2-diskimg %SRCQ% %DST%|qemu-img>qemu-nbd=$C qcow2-qemu %SRCQ% %DST%"
   "nbd->qcow2|$C from-nbd-diskimg %SRC% %DST%|qemu-img<qemu-nbd=$C from-nbd-qemu %SRC% %DST%"
 )
+FORMATS=(vpc vmdk vhdx vdi)
+for f in "${FORMATS[@]}"; do
+  PAIRS+=("raw->$f|$B convert -f raw -O $f %SRC% %DST%|qemu-img=qemu-img convert -f raw -O $f %SRC% %DST%"
+          "$f->raw|$B convert -f $f -O raw $DIR/src.$f %DST%|qemu-img=qemu-img convert -f $f -O raw $DIR/src.$f %DST%")
+done
+PAIRS+=("raw->vmdk-stream|$B convert -f raw -O vmdk -o subformat=streamOptimized %SRC% %DST%|qemu-img=qemu-img convert -f raw -O vmdk -o subformat=streamOptimized %SRC% %DST%")
 
 cleanup() {
   rm -f "$DST"
-  if [ "$KEEP" = 0 ]; then rm -f "$SRC" "$SRCQ" "$SRC.ok"; fi
+  if [ "$KEEP" = 0 ]; then rm -f "$SRC" "$SRCQ" "$SRC.ok" "${FORMATS[@]/#/$DIR/src.}"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -85,7 +95,9 @@ run_case() {
   cmd=${cmd//%SRCQ%/$SRCQ}; cmd=${cmd//%SRC%/$SRC}; cmd=${cmd//%DST%/$DST}
   rm -f "$DST"
   sync
-  if [ "$WARM" = 1 ]; then cat "$SRC" "$SRCQ" > /dev/null; else evict "$SRC"; evict "$SRCQ"; fi
+  local srcs=("$SRC" "$SRCQ") f
+  for f in "${FORMATS[@]}"; do [ -f "$DIR/src.$f" ] && srcs+=("$DIR/src.$f"); done
+  if [ "$WARM" = 1 ]; then cat "${srcs[@]}" > /dev/null; else for f in "${srcs[@]}"; do evict "$f"; done; fi
   sleep "$REST"
   t0=$(now)
   if ! bash -c "$cmd" > "$DIR/rest-case.log" 2>&1; then
@@ -106,6 +118,14 @@ selected=()
 for p in "${PAIRS[@]}"; do
   [ -z "$NAME_RE" ] || grep -qE -- "$NAME_RE" <<< "${p%%|*}" || continue
   selected+=("$p")
+done
+# Sources in the other formats, made once by qemu-img for the pairs that
+# read them.
+for p in "${selected[@]}"; do
+  f=${p%%->raw|*}
+  if [[ " ${FORMATS[*]} " == *" $f "* ]] && ! [ -f "$DIR/src.$f" ]; then
+    qemu-img convert -f raw -O "$f" "$SRC" "$DIR/src.$f.tmp" && mv "$DIR/src.$f.tmp" "$DIR/src.$f"
+  fi
 done
 for round in $(seq "$ROUNDS"); do
   for p in "${selected[@]}"; do
