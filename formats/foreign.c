@@ -123,13 +123,6 @@ int foreign_probe_vpc(const uint8_t *buf, size_t len, const char *filename)
     return len >= 8 && memcmp(buf, "conectix", 8) == 0 ? CERTAIN : 0;
 }
 
-/* VHDX: the file type identifier "vhdxfile". */
-int foreign_probe_vhdx(const uint8_t *buf, size_t len, const char *filename)
-{
-    (void)filename;
-    return len >= 8 && memcmp(buf, "vhdxfile", 8) == 0 ? CERTAIN : 0;
-}
-
 /* VDI: signature 0xbeda107f (little-endian) after 64 bytes of text, in a
  * 512-byte header. */
 int foreign_probe_vdi(const uint8_t *buf, size_t len, const char *filename)
@@ -220,7 +213,6 @@ FOREIGN(qcow)
 FOREIGN(qed)
 FOREIGN(vmdk)
 FOREIGN(vpc)
-FOREIGN(vhdx)
 FOREIGN(vdi)
 FOREIGN(parallels)
 FOREIGN(bochs)
