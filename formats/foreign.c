@@ -123,14 +123,6 @@ int foreign_probe_vpc(const uint8_t *buf, size_t len, const char *filename)
     return len >= 8 && memcmp(buf, "conectix", 8) == 0 ? CERTAIN : 0;
 }
 
-/* VDI: signature 0xbeda107f (little-endian) after 64 bytes of text, in a
- * 512-byte header. */
-int foreign_probe_vdi(const uint8_t *buf, size_t len, const char *filename)
-{
-    (void)filename;
-    return len >= 512 && le32(buf + 64) == 0xbeda107fu ? CERTAIN : 0;
-}
-
 /* Parallels: one of two 16-byte magics, then version 2 (little-endian). */
 int foreign_probe_parallels(const uint8_t *buf, size_t len, const char *filename)
 {
@@ -213,7 +205,6 @@ FOREIGN(qcow)
 FOREIGN(qed)
 FOREIGN(vmdk)
 FOREIGN(vpc)
-FOREIGN(vdi)
 FOREIGN(parallels)
 FOREIGN(bochs)
 FOREIGN(cloop)

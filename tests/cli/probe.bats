@@ -5,7 +5,7 @@
 
 load '../helpers'
 
-FOREIGN=(vmdk vpc vdi qed qcow parallels luks)
+FOREIGN=(vmdk vpc qed qcow parallels luks)
 
 setup() {
     setup_test
@@ -92,10 +92,10 @@ make_foreign() {
     run "$DISKIMG" info -f vmdk "$TEST_DIR/x.vmdk"
     assert_failure 1
     assert_output --partial "vmdk images are not supported"
-    run "$DISKIMG" create -f vdi "$TEST_DIR/new.vdi" 1M
+    run "$DISKIMG" create -f qed "$TEST_DIR/new.qed" 1M
     assert_failure
-    assert_output --regexp '^diskimg: creating vdi images is not supported \(raw, qcow2(, [a-z]+)*\)$'
-    [[ ! -e $TEST_DIR/new.vdi ]]
+    assert_output --regexp '^diskimg: creating qed images is not supported \(raw, qcow2(, [a-z]+)*\)$'
+    [[ ! -e $TEST_DIR/new.qed ]]
 }
 
 @test "a VMDK text descriptor is recognised, as qemu-img does" {
