@@ -113,6 +113,11 @@ struct blk_driver {
      * is checked): 0 = not this format, 1 = anything (raw), 100 = certain.
      * NULL for protocols. */
     int (*probe)(const uint8_t *buf, size_t len, const char *filename);
+    /* The same from the last BLK_PROBE_BYTES of the file, for a format
+     * recognised by a trailer (a fixed VHD's footer); len is 0 when no
+     * tail was read.  A driver's score is the higher of the two.  NULL:
+     * the format has no trailer. */
+    int (*probe_tail)(const uint8_t *buf, size_t len, const char *filename);
 
     /* Formats: the permissions their file child needs when the node's
      * user asks for opts->perms (NULL: the same, as raw).  Called after
@@ -243,8 +248,9 @@ const struct blk_driver *blk_driver_at(size_t i);
  * NULL with a message when it is a URL that no driver claims). */
 const struct blk_driver *blk_protocol_for(const char *filename);
 /* How many bytes of an image format probing looks at, as qemu does
- * (BLOCK_PROBE_BUF_SIZE).  The raw driver guards the same window of a
- * probed image against writes that would change its probed format. */
+ * (BLOCK_PROBE_BUF_SIZE), at the start of the file and, for formats
+ * with a trailer, at its end.  The raw driver guards the same windows of
+ * a probed image against writes that would change its probed format. */
 #define BLK_PROBE_BYTES 512
 
 /* What probing found.  'best' scores highest (the format that takes
@@ -258,8 +264,14 @@ struct blk_probe {
     bool tie;
 };
 void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct blk_probe *out);
+/* The same with the file's last bytes too (tail: its last tail_len bytes,
+ * at most BLK_PROBE_BYTES; NULL and 0 when the file is shorter). */
+void blk_probe_all_tail(const uint8_t *buf, size_t len, const uint8_t *tail, size_t tail_len,
+                        const char *filename, struct blk_probe *out);
 /* The format these bytes probe as: best, or NULL on a tie. */
 const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len, const char *filename);
+const struct blk_driver *blk_probe_format_tail(const uint8_t *buf, size_t len, const uint8_t *tail,
+                                               size_t tail_len, const char *filename);
 
 #define BLK_REGISTER_DRIVER(drv)                                                                   \
     __attribute__((constructor)) static void register_##drv(void)                                  \

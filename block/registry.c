@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/cleanup.h"
 #include "common/error.h"
 #include "driver.h"
 
@@ -85,6 +86,12 @@ const struct blk_driver *blk_protocol_for(const char *filename)
  * (raw does), so it wins only when nothing else claims them. */
 void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct blk_probe *out)
 {
+    blk_probe_all_tail(buf, len, NULL, 0, filename, out);
+}
+
+void blk_probe_all_tail(const uint8_t *buf, size_t len, const uint8_t *tail, size_t tail_len,
+                        const char *filename, struct blk_probe *out)
+{
     const struct blk_driver *anything = NULL;
 
     memset(out, 0, sizeof *out);
@@ -93,6 +100,9 @@ void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct 
             continue;
         }
         int score = drivers[i]->probe(buf, len, filename);
+        if (tail && drivers[i]->probe_tail) {
+            score = MAX(score, drivers[i]->probe_tail(tail, tail_len, filename));
+        }
         if (score == 1 && !anything) {
             anything = drivers[i];
         }
@@ -119,8 +129,14 @@ void blk_probe_all(const uint8_t *buf, size_t len, const char *filename, struct 
 
 const struct blk_driver *blk_probe_format(const uint8_t *buf, size_t len, const char *filename)
 {
+    return blk_probe_format_tail(buf, len, NULL, 0, filename);
+}
+
+const struct blk_driver *blk_probe_format_tail(const uint8_t *buf, size_t len, const uint8_t *tail,
+                                               size_t tail_len, const char *filename)
+{
     struct blk_probe p;
 
-    blk_probe_all(buf, len, filename, &p);
+    blk_probe_all_tail(buf, len, tail, tail_len, filename, &p);
     return p.tie ? NULL : p.best;
 }

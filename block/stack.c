@@ -14,13 +14,16 @@
 #include "driver.h"
 
 /* Probe the format from the first BLK_PROBE_BYTES (zero-padded, as qemu
- * does).  Two formats that claim the bytes equally are refused: qemu
- * would take whichever driver its build registered first.  With
- * --untrusted any second claim is refused: the format must be named. */
+ * does) and the last ones (for trailers: a fixed VHD).  Two formats that
+ * claim the bytes equally are refused: qemu would take whichever driver
+ * its build registered first.  With --untrusted any second claim is
+ * refused: the format must be named. */
 static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o, const char *format,
                            const struct blk_driver **out)
 {
     uint8_t buf[BLK_PROBE_BYTES] = {0};
+    uint8_t tail[BLK_PROBE_BYTES];
+    bool has_tail;
     struct blk_probe p;
     int64_t len;
     int r;
@@ -41,7 +44,12 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
     if (r < 0) {
         return r;
     }
-    blk_probe_all(buf, sizeof buf, o->filename, &p);
+    has_tail = len >= (int64_t)sizeof tail;
+    if (has_tail && (r = blk_pread(file, (uint64_t)len - sizeof tail, tail, sizeof tail)) < 0) {
+        return r;
+    }
+    blk_probe_all_tail(buf, sizeof buf, has_tail ? tail : NULL, has_tail ? sizeof tail : 0,
+                       o->filename, &p);
     if (!p.best) {
         CLEANUP_FREE char *esc = str_escape(o->filename);
         return err_setx(EINVAL,

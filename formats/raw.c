@@ -7,11 +7,12 @@
  * the first sector look like another format is refused, as qemu does: a
  * guest must not be able to turn its raw disk into, say, a qcow2 image
  * with a backing file of the host's choosing on the next probe.  The
- * guarded window is the one probing reads (BLK_PROBE_BYTES of the file),
- * and every write, zero write and discard that touches it is checked
- * against the bytes it would leave there and done under one mutex with
- * the check, so pipelined or concurrent small writes cannot assemble a
- * header between two checks.  Requests elsewhere take no lock. */
+ * guarded windows are the ones probing reads: the first BLK_PROBE_BYTES of
+ * the file, and the last ones, where a trailer (a fixed VHD's footer) is
+ * recognised.  Every write, zero write and discard that touches them is
+ * checked against the bytes it would leave there and done under one mutex
+ * with the check, so pipelined or concurrent small writes cannot assemble
+ * a header between two checks.  Requests elsewhere take no lock. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -117,37 +118,73 @@ static void raw_close(struct blk_node *n)
     pthread_mutex_destroy(&s->guard_lock);
 }
 
-/* Does a request at guest offset off reach the probe window of a probed
- * image?  (Then it runs under guard_lock, after raw_guard_check_locked.) */
-static bool raw_guarded(const struct raw_state *s, uint64_t off, uint64_t len)
+/* Where the tail probe window starts in a file of flen bytes (none, past
+ * the end, when the file is shorter than the window). */
+static uint64_t raw_tail_start(int64_t flen)
 {
-    return s->probed && len && s->offset + off < BLK_PROBE_BYTES;
+    return flen >= BLK_PROBE_BYTES ? (uint64_t)flen - BLK_PROBE_BYTES : UINT64_MAX;
 }
 
-/* With guard_lock held: would the window probe as another format once
+/* Does a request at guest offset off reach a probe window of a probed
+ * image?  (Then it runs under guard_lock, after raw_guard_check_locked.) */
+static bool raw_guarded(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct raw_state *s = n->opaque;
+    uint64_t at = s->offset + off;
+
+    if (!s->probed || !len) {
+        return false;
+    }
+    return at < BLK_PROBE_BYTES || at + len > raw_tail_start(blk_get_length(n->file));
+}
+
+/* Copy the part of a request at file offset at (len bytes: iov's, or
+ * zeroes when iov is NULL) that falls in the window starting at wstart
+ * into win. */
+static void raw_guard_apply(uint8_t *win, uint64_t wstart, uint64_t at, uint64_t len,
+                            const struct iovec *iov, int iovcnt)
+{
+    uint64_t from = MAX(at, wstart), to = MIN(at + len, wstart + BLK_PROBE_BYTES);
+
+    if (from >= to) {
+        return;
+    }
+    if (iov) {
+        iov_to_buf(iov, iovcnt, (size_t)(from - at), win + (from - wstart), (size_t)(to - from));
+    } else {
+        memset(win + (from - wstart), 0, (size_t)(to - from));
+    }
+}
+
+/* With guard_lock held: would the windows probe as another format once
  * [off, off+len) holds iov's bytes (zeroes when iov is NULL)? */
 static int raw_guard_check_locked(struct blk_node *n, uint64_t off, uint64_t len,
                                   const struct iovec *iov, int iovcnt)
 {
     struct raw_state *s = n->opaque;
-    uint8_t win[BLK_PROBE_BYTES] = {0};
-    uint64_t at = s->offset + off, in_win = MIN(len, BLK_PROBE_BYTES - at);
+    uint8_t win[BLK_PROBE_BYTES] = {0}, tail[BLK_PROBE_BYTES];
+    uint64_t at = s->offset + off;
     int64_t flen = blk_get_length(n->file);
     int r;
 
     if (flen < 0) {
         return (int)flen;
     }
+    uint64_t tstart = raw_tail_start(flen);
+    bool has_tail = tstart != UINT64_MAX;
     r = blk_pread(n->file, 0, win, MIN((uint64_t)flen, (uint64_t)sizeof win));
+    if (r == 0 && has_tail) {
+        r = blk_pread(n->file, tstart, tail, sizeof tail);
+    }
     if (r < 0) {
         return r;
     }
-    if (iov) {
-        iov_to_buf(iov, iovcnt, 0, win + at, (size_t)in_win);
-    } else {
-        memset(win + at, 0, (size_t)in_win);
+    raw_guard_apply(win, 0, at, len, iov, iovcnt);
+    if (has_tail) {
+        raw_guard_apply(tail, tstart, at, len, iov, iovcnt);
     }
-    const struct blk_driver *d = blk_probe_format(win, sizeof win, NULL);
+    const struct blk_driver *d = blk_probe_format_tail(win, sizeof win, has_tail ? tail : NULL,
+                                                       has_tail ? sizeof tail : 0, NULL);
     if (d != n->drv) {
         return err_setx(EPERM,
                         "%s: refusing a write that would make this probed raw image look like %s "
@@ -164,7 +201,7 @@ static int raw_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov
     uint64_t len = iov_length(iov, iovcnt);
     int r;
 
-    if (!raw_guarded(s, off, len)) {
+    if (!raw_guarded(n, off, len)) {
         return blk_pwritev(n->file, s->offset + off, iov, iovcnt, flags);
     }
     pthread_mutex_lock(&s->guard_lock);
@@ -181,7 +218,7 @@ static int raw_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, uns
     struct raw_state *s = n->opaque;
     int r;
 
-    if (!raw_guarded(s, off, len)) {
+    if (!raw_guarded(n, off, len)) {
         return blk_pwrite_zeroes(n->file, s->offset + off, len, flags);
     }
     pthread_mutex_lock(&s->guard_lock);
@@ -200,7 +237,7 @@ static int raw_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned 
     struct raw_state *s = n->opaque;
     int r;
 
-    if (!raw_guarded(s, off, len)) {
+    if (!raw_guarded(n, off, len)) {
         return blk_discard(n->file, s->offset + off, len, flags);
     }
     pthread_mutex_lock(&s->guard_lock);
