@@ -114,15 +114,6 @@ int foreign_probe_vmdk(const uint8_t *buf, size_t len, const char *filename)
     return 0;
 }
 
-/* VHD (qemu's "vpc"): the footer's cookie "conectix" at offset 0, where a
- * dynamic or differencing image keeps a copy.  A fixed VHD has its footer
- * only at the end and probes as raw, in qemu too. */
-int foreign_probe_vpc(const uint8_t *buf, size_t len, const char *filename)
-{
-    (void)filename;
-    return len >= 8 && memcmp(buf, "conectix", 8) == 0 ? CERTAIN : 0;
-}
-
 /* Parallels: one of two 16-byte magics, then version 2 (little-endian). */
 int foreign_probe_parallels(const uint8_t *buf, size_t len, const char *filename)
 {
@@ -204,7 +195,6 @@ static int foreign_open(struct blk_node *n, const struct blk_open_opts *opts)
 FOREIGN(qcow)
 FOREIGN(qed)
 FOREIGN(vmdk)
-FOREIGN(vpc)
 FOREIGN(parallels)
 FOREIGN(bochs)
 FOREIGN(cloop)

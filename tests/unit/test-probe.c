@@ -1,11 +1,14 @@
 /* tests/unit/test-probe.c: format probing over crafted first sectors: each
- * recogniser of formats/foreign.c, qcow2 and raw, and how the registry
- * ranks claims (blk_probe_all: score order, ties, a second claim). */
+ * recogniser of formats/foreign.c, qcow2, vpc (and its trailer probe over
+ * a last sector) and raw, and how the registry ranks claims
+ * (blk_probe_all: score order, ties, a second claim). */
+#include <errno.h>
 #include <string.h>
 
 #include "block/driver.h"
 #include "check.h"
 #include "formats/foreign.h"
+#include "formats/vpc/vpc.h"
 
 CHECK_GLOBALS
 
@@ -104,6 +107,73 @@ static void test_vpc_vhdx(void)
     CHECK(strcmp(probed(NULL), "vhdx") == 0);
     put(0, "vhdxfilf", 8);
     CHECK(strcmp(probed(NULL), "raw") == 0);
+}
+
+/* A fixed VHD: its footer is the file's last sector, and counts only
+ * whole (cookie, checksum, type 2). */
+static void test_vpc_tail(void)
+{
+    static uint8_t tail[BLK_PROBE_BYTES];
+    struct vpc_footer f = {
+        .type = VPC_FIXED, .creator_app = "qemu", .cyls = 1, .heads = 4, .secs = 17};
+    const struct blk_driver *d;
+
+    clear();
+    vpc_build_footer(tail, &f);
+    CHECK_EQ(vpc_probe_tail(tail, sizeof tail, NULL), 100);
+    d = blk_probe_format_tail(sec, sizeof sec, tail, sizeof tail, NULL);
+    CHECK(d && strcmp(d->name, "vpc") == 0);
+    CHECK(strcmp(probed(NULL), "raw") == 0); /* without the tail: raw, as qemu */
+    CHECK_EQ(vpc_probe_tail(tail, sizeof tail - 1, NULL), 0);
+    tail[100] ^= 1; /* checksum no longer matches */
+    CHECK_EQ(vpc_probe_tail(tail, sizeof tail, NULL), 0);
+    d = blk_probe_format_tail(sec, sizeof sec, tail, sizeof tail, NULL);
+    CHECK(d && strcmp(d->name, "raw") == 0);
+    f.type = VPC_DYNAMIC; /* dynamic images are known by their first sector */
+    vpc_build_footer(tail, &f);
+    CHECK_EQ(vpc_probe_tail(tail, sizeof tail, NULL), 0);
+    /* A qcow2 header first and a fixed footer last: two claims, a tie. */
+    f.type = VPC_FIXED;
+    vpc_build_footer(tail, &f);
+    put(0, "QFI\xfb\0\0\0\x03", 8);
+    CHECK(blk_probe_format_tail(sec, sizeof sec, tail, sizeof tail, NULL) == NULL);
+}
+
+/* The checksum's test vector, and qemu-img's CHS rounding. */
+static void test_vpc_geometry(void)
+{
+    static const struct {
+        uint64_t asked, size;
+    } rows[] = {
+        {1048576, 1079296},
+        {10485760, 10514432},
+        {67108864, 67125248},
+        {1073741824, 1073995776},
+        {107374182400, 107374632960},
+        {136365219840, 136365219840},
+        {140737488355328 / 64, 0}, /* 2 TiB: past 2040 GiB */
+        {1024, 34816},
+        {0, 0},
+    };
+    uint8_t fb[VPC_FOOTER_SIZE] = "conectix";
+
+    CHECK_EQ(vpc_checksum(fb, sizeof fb, 64), 0xfffffca2u);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint16_t c;
+        uint8_t h, s;
+        uint64_t sectors = 0;
+        int r = vpc_create_geometry(rows[i].asked, false, &c, &h, &s, &sectors);
+        if (rows[i].asked > VPC_MAX_SECTORS * 512) {
+            CHECK(r == -EFBIG);
+            continue;
+        }
+        CHECK_EQ(r, 0);
+        if (sectors * 512 != rows[i].size) {
+            fprintf(stderr, "vpc size %llu -> %llu\n", (unsigned long long)rows[i].asked,
+                    (unsigned long long)(sectors * 512));
+            CHECK(0);
+        }
+    }
 }
 
 static void test_vdi(void)
@@ -210,6 +280,8 @@ int main(void)
     RUN(test_qed);
     RUN(test_vmdk);
     RUN(test_vpc_vhdx);
+    RUN(test_vpc_tail);
+    RUN(test_vpc_geometry);
     RUN(test_vdi);
     RUN(test_parallels);
     RUN(test_bochs);

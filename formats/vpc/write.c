@@ -1,0 +1,269 @@
+/* formats/vpc/write.c: guest writes.  A fixed image writes the file.  A
+ * dynamic image allocates a block where the trailing footer is: under
+ * s->lock, it writes the block's bitmap and the guest data, then the
+ * footer at the new end of the file, and sets the BAT entry in memory;
+ * the BAT sectors that changed are written at the next flush, after the
+ * file is flushed, so no BAT entry on disk ever points at data that is
+ * not.  A kill -9 or power loss at any point leaves an image qemu-img
+ * opens (it reads the footer copy at offset 0, so a torn trailing footer
+ * does not matter to it); a block written but not yet in the BAT is only
+ * lost space, and what was flushed reads back.
+ *
+ * Bitmaps: a new block gets the bits of the sectors written (all ones
+ * when the write covers the block, as qemu's), later writes set theirs.
+ * The rest of a new block lies past the old end of the file, so it reads
+ * as zeroes for qemu (which ignores bitmaps) as well as for us.
+ *
+ * Order (vpc.h): above read.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "vpc.h"
+
+#define IOV_LOCAL 64
+
+static void set_bits(uint8_t *bm, uint64_t first, uint64_t end)
+{
+    for (uint64_t k = first; k < end; k++) {
+        bm[k / 8] |= (uint8_t)(0x80u >> (k % 8));
+    }
+}
+
+static bool bits_all_set(const struct vpc_state *s, const uint8_t *bm)
+{
+    uint64_t sectors = s->block_size / VPC_SECTOR;
+
+    for (uint64_t k = 0; k < sectors; k++) {
+        if (!(bm[k / 8] & (0x80u >> (k % 8)))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* With s->lock held: set the bits of sectors [first, end) of block i
+ * on disk (the bitmap sectors that change only). */
+static int mark_written_locked(struct vpc_state *s, uint32_t i, uint64_t first, uint64_t end)
+{
+    CLEANUP_FREE uint8_t *bm = malloc(s->bitmap_size);
+    CLEANUP_FREE uint8_t *old = malloc(s->bitmap_size);
+    int r;
+
+    if (!bm || !old) {
+        return err_set(ENOMEM, "vpc: block bitmap");
+    }
+    r = vpc_read_bitmap_locked(s, i, bm);
+    if (r < 0) {
+        return r;
+    }
+    memcpy(old, bm, s->bitmap_size);
+    set_bits(bm, first, end);
+    uint64_t lo = first / 8 / VPC_SECTOR * VPC_SECTOR;
+    uint64_t hi = ROUND_UP((end + 7) / 8, VPC_SECTOR);
+    if (memcmp(old + lo, bm + lo, hi - lo) != 0) {
+        r = blk_pwrite(s->file, (uint64_t)s->bat[i] * VPC_SECTOR + lo, bm + lo, hi - lo, 0);
+        if (r < 0) {
+            return r;
+        }
+    }
+    s->bm_state[i] = bits_all_set(s, bm) ? VPC_BM_FULL : VPC_BM_PARTIAL;
+    return 0;
+}
+
+/* With s->lock held: give block i a place at the end of the file and
+ * write len guest bytes at in_block into it (see the top comment). */
+static int allocate_locked(struct vpc_state *s, uint32_t i, uint64_t in_block,
+                           const struct iovec *iov, int iovcnt, uint64_t len)
+{
+    uint64_t block = s->free_off;
+    uint64_t end = block + s->bitmap_size + s->block_size;
+    uint64_t first = in_block / VPC_SECTOR, last = (in_block + len) / VPC_SECTOR;
+    bool whole = in_block == 0 && len == s->block_size;
+    CLEANUP_FREE uint8_t *bm = calloc(1, s->bitmap_size);
+    int r;
+
+    if (!bm) {
+        return err_set(ENOMEM, "vpc: block bitmap");
+    }
+    if (block / VPC_SECTOR >= VPC_BAT_UNALLOCATED) {
+        return err_setx(EFBIG,
+                        "%s: vpc: the file has reached 2 TiB, beyond which a BAT entry "
+                        "cannot point",
+                        s->node->filename);
+    }
+    if (whole) {
+        memset(bm, 0xff, s->bitmap_size);
+    } else {
+        set_bits(bm, first, last);
+    }
+    /* From here the space is used, whatever fails: never hand it out twice. */
+    s->free_off = end;
+    if (in_block == 0) {
+        struct iovec all[IOV_LOCAL + 1] = {{bm, s->bitmap_size}};
+        int k = iov_slice(iov, iovcnt, 0, len, all + 1, IOV_LOCAL);
+        if (k < 0) {
+            return err_setx(EINVAL, "vpc: write with too many iovec elements");
+        }
+        r = blk_pwritev(s->file, block, all, k + 1, 0);
+    } else {
+        r = blk_pwrite(s->file, block, bm, s->bitmap_size, 0);
+        if (r == 0) {
+            r = blk_pwritev(s->file, block + s->bitmap_size + in_block, iov, iovcnt, 0);
+        }
+    }
+    if (r == 0) {
+        r = blk_pwrite(s->file, end, s->footer_buf, VPC_FOOTER_SIZE, 0);
+    }
+    if (r < 0) {
+        return r;
+    }
+    s->bat[i] = (uint32_t)(block / VPC_SECTOR);
+    s->bm_state[i] = whole ? VPC_BM_FULL : VPC_BM_PARTIAL;
+    s->bat_dirty[(uint64_t)i * 4 / VPC_SECTOR] = 1;
+    s->any_dirty = true;
+    return 0;
+}
+
+/* Write [off, off+len) that lies inside one block. */
+static int write_in_block(struct vpc_state *s, uint64_t off, const struct iovec *iov, int iovcnt,
+                          uint64_t len)
+{
+    uint32_t i = (uint32_t)(off >> s->block_bits);
+    uint64_t in_block = off & (s->block_size - 1);
+    int r;
+
+    pthread_mutex_lock(&s->lock);
+    uint32_t entry = s->bat[i];
+    uint8_t state = s->bm_state[i];
+    if (entry == VPC_BAT_UNALLOCATED) {
+        r = allocate_locked(s, i, in_block, iov, iovcnt, len);
+        pthread_mutex_unlock(&s->lock);
+        return r;
+    }
+    pthread_mutex_unlock(&s->lock);
+    uint64_t host = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
+    r = blk_pwritev(s->file, host, iov, iovcnt, 0);
+    if (r == 0 && state != VPC_BM_FULL) {
+        pthread_mutex_lock(&s->lock);
+        r = mark_written_locked(s, i, in_block / VPC_SECTOR, (in_block + len) / VPC_SECTOR);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return r;
+}
+
+int vpc_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
+                unsigned flags)
+{
+    struct vpc_state *s = n->opaque;
+    uint64_t len = iov_length(iov, iovcnt), pos = 0;
+    int r = 0;
+
+    if (s->type == VPC_FIXED) {
+        return blk_pwritev(s->file, off, iov, iovcnt, flags);
+    }
+    while (r == 0 && pos < len) {
+        uint64_t at = off + pos;
+        uint64_t chunk = MIN(len - pos, s->block_size - (at & (s->block_size - 1)));
+        struct iovec sub[IOV_LOCAL];
+        int k = iov_slice(iov, iovcnt, pos, chunk, sub, IOV_LOCAL);
+        if (k < 0) {
+            return err_setx(EINVAL, "vpc: write with too many iovec elements");
+        }
+        r = write_in_block(s, at, sub, k, chunk);
+        pos += chunk;
+    }
+    return r;
+}
+
+/* Unallocated blocks of a dynamic image read as zeroes already; in an
+ * allocated one the data itself is zeroed (qemu reads the bytes whatever
+ * the bitmap says). */
+int vpc_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct vpc_state *s = n->opaque;
+    uint64_t pos = 0;
+    int r = 0;
+
+    if (s->type == VPC_FIXED) {
+        return blk_pwrite_zeroes(s->file, off, len, flags);
+    }
+    while (r == 0 && pos < len) {
+        uint64_t at = off + pos, in_block = at & (s->block_size - 1);
+        uint64_t chunk = MIN(len - pos, s->block_size - in_block);
+        uint32_t i = (uint32_t)(at >> s->block_bits);
+        pthread_mutex_lock(&s->lock);
+        uint32_t entry = s->bat[i];
+        pthread_mutex_unlock(&s->lock);
+        if (entry != VPC_BAT_UNALLOCATED) {
+            uint64_t host = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
+            r = blk_pwrite_zeroes(s->file, host, chunk, flags & BLK_REQ_NO_FALLBACK);
+        }
+        pos += chunk;
+    }
+    return r;
+}
+
+/* Advisory: a dynamic image keeps its blocks (VHD cannot free one without
+ * moving the blocks after it); a fixed one passes it to the file. */
+int vpc_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct vpc_state *s = n->opaque;
+
+    return s->type == VPC_FIXED ? blk_discard(s->file, off, len, flags) : 0;
+}
+
+int vpc_write_back_bat_locked(struct vpc_state *s)
+{
+    uint64_t bat_bytes = (uint64_t)s->n_blocks * 4;
+    CLEANUP_FREE uint8_t *buf = NULL;
+    int r;
+
+    if (!s->any_dirty) {
+        return 0;
+    }
+    /* The data the new entries point at first, then the entries. */
+    r = blk_flush(s->file);
+    if (r < 0) {
+        return r;
+    }
+    buf = malloc(VPC_SECTOR);
+    if (!buf) {
+        return err_set(ENOMEM, "vpc: BAT sector");
+    }
+    for (uint64_t sec = 0; sec * VPC_SECTOR < bat_bytes; sec++) {
+        if (!s->bat_dirty[sec]) {
+            continue;
+        }
+        uint64_t from = sec * VPC_SECTOR, to = MIN(from + VPC_SECTOR, bat_bytes);
+        for (uint64_t e = from / 4; e < to / 4; e++) {
+            put_be32(buf + (e * 4 - from), s->bat[e]);
+        }
+        r = blk_pwrite(s->file, s->bat_offset + from, buf, to - from, 0);
+        if (r < 0) {
+            return r;
+        }
+        s->bat_dirty[sec] = 0;
+    }
+    s->any_dirty = false;
+    return 0;
+}
+
+int vpc_flush(struct blk_node *n)
+{
+    struct vpc_state *s = n->opaque;
+    int r;
+
+    if (s->read_only || s->type == VPC_FIXED) {
+        return 0;
+    }
+    pthread_mutex_lock(&s->lock);
+    r = vpc_write_back_bat_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
