@@ -183,7 +183,7 @@ int vpc_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 
 /* Unallocated blocks of a dynamic image read as zeroes already; in an
  * allocated one the data itself is zeroed (qemu reads the bytes whatever
- * the bitmap says). */
+ * the bitmap says), punched out of the file when unmapping is allowed. */
 int vpc_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct vpc_state *s = n->opaque;
@@ -202,20 +202,26 @@ int vpc_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
         pthread_mutex_unlock(&s->lock);
         if (entry != VPC_BAT_UNALLOCATED) {
             uint64_t host = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
-            r = blk_pwrite_zeroes(s->file, host, chunk, flags & BLK_REQ_NO_FALLBACK);
+            r = blk_pwrite_zeroes(s->file, host, chunk,
+                                  flags & (BLK_REQ_NO_FALLBACK | BLK_REQ_MAY_UNMAP));
         }
         pos += chunk;
     }
     return r;
 }
 
-/* Advisory: a dynamic image keeps its blocks (VHD cannot free one without
- * moving the blocks after it); a fixed one passes it to the file. */
+/* A dynamic image keeps its blocks (VHD cannot free one without moving
+ * the blocks after it), but gives their discarded parts back to the file
+ * system: they read as zeroes after, as they do in qcow2.  A fixed image
+ * passes the request to its file. */
 int vpc_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
 {
     struct vpc_state *s = n->opaque;
 
-    return s->type == VPC_FIXED ? blk_discard(s->file, off, len, flags) : 0;
+    if (s->type == VPC_FIXED) {
+        return blk_discard(s->file, off, len, flags);
+    }
+    return vpc_pwrite_zeroes(n, off, len, BLK_REQ_MAY_UNMAP);
 }
 
 int vpc_write_back_bat_locked(struct vpc_state *s)
