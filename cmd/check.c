@@ -19,7 +19,7 @@ static void check_usage(FILE *f)
                "\n"
                "Check FILE's metadata for consistency (qcow2), and repair it with -r.\n"
                "\n"
-               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
                "  -r, --repair=WHAT    leaks: free leaked clusters; all: also fix corruptions\n"
                "      --output=FMT     human (default) or json\n"
                "  -q, --quiet          print nothing, the exit status tells\n"

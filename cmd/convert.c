@@ -46,7 +46,7 @@ static void convert_usage(FILE *f)
             "are never read from SRC and not written to a DST that is known to be zero.\n"
             "\n"
             "  -f FMT            source format (default: probe)\n"
-            "  -O FMT            target format: raw (default) or qcow2\n"
+            "  -O FMT            target format: raw (default), qcow2, vpc...\n"
             "  -o OPTIONS        target creation options; -O FMT -o help lists them\n"
             "  -c                compress the target (qcow2) in the -m workers, so on every\n"
             "                    core; writes stay in order unless -W\n"

@@ -17,7 +17,7 @@ static void create_usage(FILE *f)
                "\n"
                "Create a new image FILE (replacing an existing file).\n"
                "\n"
-               "  -f, --format=FMT     raw (default) or qcow2\n"
+               "  -f, --format=FMT     raw (default), qcow2, vpc: diskimg-formats(7)\n"
                "  -o OPTIONS           format options, key=value,...; -o help lists them\n"
                "  -b BACKING           backing file (qcow2); SIZE defaults to its size\n"
                "  -F FMT               format of the backing file (probed if not given)\n"
@@ -132,7 +132,7 @@ static int create_run(int argc, char **argv)
 
 const struct cmd cmd_create = {
     .name = "create",
-    .summary = "create a raw or qcow2 image (like qemu-img create)",
+    .summary = "create a raw, qcow2 or other image (like qemu-img create)",
     .run = create_run,
     .usage = create_usage,
 };

@@ -29,7 +29,7 @@ static void info_usage(FILE *f)
             "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
             "and format-specific details (same fields as qemu-img info).\n"
             "\n"
-            "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+            "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
             "  -U, --force-share    read the image even while another process writes it\n"
             "      --output=FMT     human (default) or json\n"
             "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP

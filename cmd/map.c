@@ -19,7 +19,7 @@ static void map_usage(FILE *f)
                "\n"
                "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
                "\n"
-               "  -f, --format=FMT     raw or qcow2 (default: probe)\n"
+               "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
                "  -U, --force-share    map the image even while another process writes it\n"
                "      --output=FMT     human (default): data ranges with their file offsets;\n"
                "                       json: every range with start, length, depth, present,\n"

@@ -14,7 +14,7 @@ static void resize_usage(FILE *f)
                "\n"
                "Change the virtual size of FILE to SIZE, or by +SIZE / -SIZE.\n"
                "\n"
-               "  -f, --format=FMT  raw or qcow2 (default: probe)\n"
+               "  -f, --format=FMT  image format, diskimg-formats(7) (default: probe)\n"
                "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
                "                    stored past the new end\n"
                "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP

@@ -110,6 +110,17 @@ PY
     assert_success
     run qemu-img compare -f vpc "$TEST_DIR/b.vhd" "$TEST_DIR/a.qcow2"
     assert_success
+    # Every other format diskimg creates: vpc -> it -> vpc, equal.
+    local fmts fmt
+    fmts=$("$DISKIMG" create -f qed "$TEST_DIR/x" 1M 2>&1 | sed -n 's/.*(\(.*\)).*/\1/p' | tr -d ,)
+    [[ $fmts == *vpc* ]]
+    for fmt in $fmts; do
+        [[ $fmt == vpc ]] && continue
+        "$DISKIMG" convert -q -O "$fmt" "$TEST_DIR/b.vhd" "$TEST_DIR/o.$fmt"
+        "$DISKIMG" convert -q -f "$fmt" -O vpc "$TEST_DIR/o.$fmt" "$TEST_DIR/o-$fmt.vhd"
+        run qemu-img compare -f vpc -F vpc "$TEST_DIR/b.vhd" "$TEST_DIR/o-$fmt.vhd"
+        [[ $status -eq 0 ]] || { echo "$fmt: $output"; false; }
+    done
     # info: qemu-img's fields and order (no format-specific section).
     run "$DISKIMG" info --output=json "$TEST_DIR/b.vhd"
     local ours=$output
