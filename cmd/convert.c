@@ -36,7 +36,7 @@ static volatile sig_atomic_t convert_cancel;
 static void convert_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg convert [-f FMT] [-O raw|qcow2] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
+            "Usage: diskimg convert [-f FMT] [-O raw|qcow2|vdi] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
             "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
             "                       [--progress=human|json] SRC DST\n"
