@@ -21,6 +21,37 @@
 
 #define IOV_LOCAL 64
 
+/* Read a run of allocated blocks.  A block may end past the end of the
+ * file (a file cut short, or written by a tool that does not extend it
+ * to whole blocks): that part reads as zeroes, as in qemu. */
+static int read_data(struct vdi_state *s, uint64_t host, const struct iovec *iov, int iovcnt,
+                     uint64_t bytes)
+{
+    int64_t file_len = blk_get_length(s->file);
+    uint64_t in_file = 0;
+    int r = 0;
+
+    if (file_len < 0) {
+        return (int)file_len;
+    }
+    if (host < (uint64_t)file_len) {
+        in_file = MIN(bytes, (uint64_t)file_len - host);
+    }
+    if (in_file == bytes) {
+        return blk_preadv(s->file, host, iov, iovcnt);
+    }
+    if (in_file) {
+        struct iovec sub[IOV_LOCAL];
+        int k = iov_slice(iov, iovcnt, 0, in_file, sub, IOV_LOCAL);
+        if (k < 0) {
+            return err_setx(EINVAL, "vdi: read with too many iovec elements");
+        }
+        r = blk_preadv(s->file, host, sub, k);
+    }
+    iov_memset(iov, iovcnt, in_file, 0, bytes - in_file);
+    return r;
+}
+
 static int vdi_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
 {
     struct vdi_state *s = n->opaque;
@@ -37,7 +68,7 @@ static int vdi_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov,
             return err_setx(EINVAL, "vdi: read with too many iovec elements");
         }
         if (run.kind == VDI_DATA) {
-            r = blk_preadv(s->file, run.host, sub, k); /* zeroes past the file's end */
+            r = read_data(s, run.host, sub, k, run.bytes);
         } else {
             iov_memset(sub, k, 0, 0, run.bytes);
         }
@@ -63,16 +94,31 @@ static int vdi_block_status(struct blk_node *n, uint64_t off, uint64_t len, stru
     }
     ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
     ext->offset = run.host;
-    if (s->hdr.type == VDI_TYPE_FIXED) {
-        struct blk_extent fext;
-        if (blk_block_status(s->file, run.host, run.bytes, &fext) == 0) {
-            ext->length = MIN(fext.length, run.bytes);
-            if (!(fext.flags & BLK_EXT_DATA)) {
-                ext->flags |= BLK_EXT_ZERO;
+    if (s->hdr.type != VDI_TYPE_FIXED) {
+        return 0;
+    }
+    /* A hole of the file, or past its end, reads as zeroes (a hole that
+     * runs to the end covers the rest of the run, as in qemu). */
+    int64_t file_len = blk_get_length(s->file);
+    if (file_len < 0) {
+        return (int)file_len;
+    }
+    if (run.host >= (uint64_t)file_len) {
+        ext->flags |= BLK_EXT_ZERO;
+        return 0;
+    }
+    struct blk_extent fext;
+    uint64_t in_file = MIN(run.bytes, (uint64_t)file_len - run.host);
+    if (blk_block_status(s->file, run.host, in_file, &fext) == 0) {
+        ext->length = MIN(fext.length, in_file);
+        if (!(fext.flags & BLK_EXT_DATA)) {
+            ext->flags |= BLK_EXT_ZERO;
+            if (ext->length == (uint64_t)file_len - run.host) {
+                ext->length = run.bytes;
             }
         }
-        err_clear();
     }
+    err_clear();
     return 0;
 }
 

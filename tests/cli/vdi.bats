@@ -162,6 +162,12 @@ PY
         assert_output --partial "$f: vdi"
         assert_output --partial "$msg"
     done
+    # a block cut short by the end of the file reads as zeroes, as in qemu
+    head -c 4096 "$base" >"$f"
+    run "$DISKIMG" convert -f vdi -O raw "$f" "$TEST_DIR/cut.raw"
+    assert_success
+    qemu-img convert -f vdi -O raw "$f" "$TEST_DIR/cut-qemu.raw"
+    cmp "$TEST_DIR/cut.raw" "$TEST_DIR/cut-qemu.raw"
     # a file too short for a header
     head -c 300 "$base" >"$f"
     run "$DISKIMG" info -f vdi "$f"
