@@ -111,6 +111,14 @@ PY
     run "$DISKIMG" check "$f"
     assert_failure 2
     assert_output --partial "ERROR: allocated blocks mismatch, is 2, should be 3"
+    # a count below the map's: the next allocation would reuse a block
+    vdi_poke "$f" 0x184 '<I' 1
+    run qemu-img check "$f"
+    assert_failure 2
+    truncate -s 4M "$TEST_DIR/src.raw"
+    run "$DISKIMG" convert -n -f raw -O vdi "$TEST_DIR/src.raw" "$f"
+    assert_failure 1
+    assert_output --partial "block map entry 2 uses block 1, beyond the 1 the header counts"
     # two entries share a block: readable, not writable, a corruption
     vdi_poke "$f" 0x184 '<I' 2
     vdi_poke "$f" 0x208 '<I' 0
@@ -121,7 +129,6 @@ PY
     [[ $(jq -r .corruptions <<<"$output") == 1 ]]
     run "$DISKIMG" info "$f"
     assert_success
-    truncate -s 4M "$TEST_DIR/src.raw"
     run "$DISKIMG" convert -n -f raw -O vdi "$TEST_DIR/src.raw" "$f"
     assert_failure 1
     assert_output --partial "uses block 0, which another entry uses too"
@@ -242,13 +249,19 @@ PY
     assert_success
     # 70 blocks written, each allocated once
     [[ $(od -An -tu4 -j 388 -N4 "$img" | tr -d ' ') == 70 ]]
-    # a static image takes writes in place
-    "$DISKIMG" create -q -f vdi -o static=on "$TEST_DIR/s.vdi" 16M
+    # a static image takes writes in place; qemu-io writes through NBD too
+    run "$DISKIMG" create -f vdi -o static "$TEST_DIR/s.vdi" 16M
+    assert_output --partial "static=on"
     start_server -t "$TEST_DIR/s.vdi"
     writer 7 0 3 5
+    run qemu-io -f raw -c 'write -P 8 2M 512k' -c 'write -z 0 64k' "$URI"
+    assert_success
     stop_server
     "$PYTHON3" "$TEST_DIR/expect.py" "$TEST_DIR/exp.raw" $((16 * 1048576)) 7 0 3 5
+    qemu-io -f raw -c 'write -P 8 2M 512k' -c 'write -z 0 64k' "$TEST_DIR/exp.raw" >/dev/null
     run qemu-img compare -f raw -F vdi "$TEST_DIR/exp.raw" "$TEST_DIR/s.vdi"
+    assert_success
+    run qemu-img check -f vdi "$TEST_DIR/s.vdi"
     assert_success
 }
 
