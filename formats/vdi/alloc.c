@@ -106,6 +106,10 @@ static int allocate_locked(struct vdi_state *s, uint32_t b, uint64_t in, const s
         r = blk_truncate(s->file, end); /* the whole block, sparse, as qemu's file ends */
     }
     if (r < 0) {
+        /* A failed write may still have extended the file: the next
+         * allocation of this block must zero what it left. */
+        int64_t len = blk_get_length(s->file);
+        s->file_end = len > 0 ? MAX(s->file_end, (uint64_t)len) : s->file_end;
         return r;
     }
     s->file_end = MAX(s->file_end, end);

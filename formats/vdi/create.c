@@ -76,7 +76,7 @@ static int parse_create(const struct blk_create_opts *o, struct vdi_create *c)
 
     *c = (struct vdi_create){.size = o->size, .size_set = o->size_set, .static_str = "off"};
     if (o->backing_file) {
-        return err_setx(EINVAL, "vdi: backing files are not supported");
+        return err_setx(ENOTSUP, "Backing file not supported for file format 'vdi'");
     }
     if (o->options && (r = kv_foreach(o->options, create_opt, c)) != 0) {
         return r;
