@@ -114,11 +114,15 @@ static char *resolve(const struct vpc_state *s, const char *name)
     return path;
 }
 
-/* Locator i's path, or NULL (message set only for a hostile entry). */
+/* A locator's path in *out, or NULL when it names nothing usable; an
+ * error only for an entry that lies outside the file. */
 static int read_locator(struct vpc_state *s, const struct vpc_locator *l, int64_t flen, char **out)
 {
     *out = NULL;
-    if (l->length == 0 || l->length > LOC_MAX_BYTES || l->offset > (uint64_t)flen ||
+    if (l->length == 0) {
+        return 0; /* an empty entry, as some writers leave: names nothing */
+    }
+    if (l->length > LOC_MAX_BYTES || l->offset > (uint64_t)flen ||
         l->length > (uint64_t)flen - l->offset) {
         return err_setx(EINVAL,
                         "%s: vpc: parent locator of %" PRIu32 " bytes at offset %" PRIu64

@@ -60,9 +60,55 @@ static bool bitmap_full(const struct vpc_state *s, const uint8_t *bm)
     return true;
 }
 
+/* A block's bitmap, read once for all the runs of one request: a write
+ * that sets bits meanwhile sets them outside the request's range, or the
+ * two requests overlap and either answer is right. */
+struct vpc_bm_cache {
+    uint32_t block; /* whose bitmap bm holds; VPC_BAT_UNALLOCATED: none */
+    uint8_t *bm;    /* small, or malloc'd for blocks over 2 MiB */
+    uint8_t small[VPC_SECTOR];
+};
+
+static void cache_init(struct vpc_bm_cache *c)
+{
+    c->block = VPC_BAT_UNALLOCATED;
+    c->bm = NULL;
+}
+
+static void cache_free(struct vpc_bm_cache *c)
+{
+    if (c->bm != c->small) {
+        free(c->bm);
+    }
+}
+
+/* With s->lock held: block i's bitmap, from the cache or the file. */
+static int cached_bitmap_locked(struct vpc_state *s, uint32_t i, struct vpc_bm_cache *c)
+{
+    int r;
+
+    if (c->block == i) {
+        return 0;
+    }
+    if (!c->bm) {
+        c->bm = s->bitmap_size <= sizeof c->small ? c->small : malloc(s->bitmap_size);
+        if (!c->bm) {
+            return err_set(ENOMEM, "vpc: block bitmap");
+        }
+    }
+    c->block = VPC_BAT_UNALLOCATED;
+    r = vpc_read_bitmap_locked(s, i, c->bm);
+    if (r == 0) {
+        c->block = i;
+        s->bm_state[i] = bitmap_full(s, c->bm) ? VPC_BM_FULL : VPC_BM_PARTIAL;
+    }
+    return r;
+}
+
 /* The run of guest bytes from off (at most len, inside one block) that
  * reads from one place. */
-static int vpc_map(struct vpc_state *s, uint64_t off, uint64_t len, struct vpc_run *run)
+static int vpc_map(struct vpc_state *s, uint64_t off, uint64_t len, struct vpc_run *run,
+                   struct vpc_bm_cache *c)
 {
     uint32_t i = (uint32_t)(off >> s->block_bits);
     uint64_t in_block = off & (s->block_size - 1);
@@ -76,38 +122,24 @@ static int vpc_map(struct vpc_state *s, uint64_t off, uint64_t len, struct vpc_r
     }
     pthread_mutex_lock(&s->lock);
     uint32_t entry = s->bat[i];
-    uint8_t state = s->bm_state[i];
     uint64_t host = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
     if (entry == VPC_BAT_UNALLOCATED) {
         *run = (struct vpc_run){diff ? VPC_RUN_PARENT : VPC_RUN_ZERO, chunk, 0};
-    } else if (state == VPC_BM_FULL) {
+    } else if (s->bm_state[i] == VPC_BM_FULL) {
         *run = (struct vpc_run){VPC_RUN_DATA, chunk, host};
-    } else {
-        uint8_t small[VPC_SECTOR];
-        uint8_t *bm = s->bitmap_size <= sizeof small ? small : malloc(s->bitmap_size);
-        if (!bm) {
-            r = err_set(ENOMEM, "vpc: block bitmap");
+    } else if ((r = cached_bitmap_locked(s, i, c)) == 0) {
+        uint64_t first = in_block / VPC_SECTOR;
+        uint64_t end = (in_block + chunk + VPC_SECTOR - 1) / VPC_SECTOR;
+        bool set = bit_set(c->bm, first);
+        uint64_t k = first + 1;
+        while (k < end && bit_set(c->bm, k) == set) {
+            k++;
+        }
+        uint64_t bytes = MIN(chunk, k * VPC_SECTOR - in_block);
+        if (set) {
+            *run = (struct vpc_run){VPC_RUN_DATA, bytes, host};
         } else {
-            r = vpc_read_bitmap_locked(s, i, bm);
-        }
-        if (r == 0) {
-            s->bm_state[i] = bitmap_full(s, bm) ? VPC_BM_FULL : VPC_BM_PARTIAL;
-            uint64_t first = in_block / VPC_SECTOR,
-                     end = (in_block + chunk + VPC_SECTOR - 1) / VPC_SECTOR;
-            bool set = bit_set(bm, first);
-            uint64_t k = first + 1;
-            while (k < end && bit_set(bm, k) == set) {
-                k++;
-            }
-            uint64_t bytes = MIN(chunk, k * VPC_SECTOR - in_block);
-            if (set) {
-                *run = (struct vpc_run){VPC_RUN_DATA, bytes, host};
-            } else {
-                *run = (struct vpc_run){diff ? VPC_RUN_PARENT : VPC_RUN_ZERO_ALLOC, bytes, 0};
-            }
-        }
-        if (bm != small) {
-            free(bm);
+            *run = (struct vpc_run){diff ? VPC_RUN_PARENT : VPC_RUN_ZERO_ALLOC, bytes, 0};
         }
     }
     pthread_mutex_unlock(&s->lock);
@@ -144,19 +176,22 @@ int vpc_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int io
 {
     struct vpc_state *s = n->opaque;
     uint64_t len = iov_length(iov, iovcnt), pos = 0;
+    struct vpc_bm_cache cache;
     int r = 0;
 
+    cache_init(&cache);
     while (r == 0 && pos < len) {
         struct vpc_run run;
         struct iovec sub[IOV_LOCAL];
 
-        r = vpc_map(s, off + pos, len - pos, &run);
+        r = vpc_map(s, off + pos, len - pos, &run, &cache);
         if (r < 0) {
             break;
         }
         int k = iov_slice(iov, iovcnt, pos, run.bytes, sub, IOV_LOCAL);
         if (k < 0) {
-            return err_setx(EINVAL, "vpc: read with too many iovec elements");
+            r = err_setx(EINVAL, "vpc: read with too many iovec elements");
+            break;
         }
         switch (run.kind) {
         case VPC_RUN_DATA:
@@ -170,6 +205,7 @@ int vpc_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int io
         }
         pos += run.bytes;
     }
+    cache_free(&cache);
     return r;
 }
 
@@ -198,13 +234,16 @@ static int fixed_block_status(struct vpc_state *s, uint64_t off, uint64_t len,
 int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
 {
     struct vpc_state *s = n->opaque;
+    struct vpc_bm_cache cache;
     struct vpc_run run;
     int r;
 
     if (s->type == VPC_FIXED) {
         return fixed_block_status(s, off, len, ext);
     }
-    r = vpc_map(s, off, len, &run);
+    cache_init(&cache);
+    r = vpc_map(s, off, len, &run, &cache);
+    cache_free(&cache);
     if (r < 0) {
         return r;
     }
