@@ -2,15 +2,15 @@
  * taken from the parent locators, Windows relative (W2ru) then absolute
  * (W2ku) paths in UTF-16LE, and failing those from the parent's Unicode
  * name in the dynamic header (UTF-16BE), read as a file beside the
- * image.  The parent is opened as a VHD under the backing-file rules: a
- * regular file or block device, relative to the image's directory, not at
- * all under --untrusted, and within the chain's loop and depth limits.
+ * image.  The parent is opened as a VHD under the backing-file rules
+ * every format shares (formats/named-file.h): a regular file or block
+ * device, relative to the image's directory, not at all under
+ * --untrusted, and within the chain's loop and depth limits.
  * qemu 7.2 ignores the parent and reads its sectors as zeroes.
  *
  * Order (vpc.h): above footer.c. */
 #include <errno.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
+#include "formats/named-file.h"
 #include "vpc.h"
 
 #define LOC_W2RU 0x57327275u /* "W2ru" */
@@ -93,7 +94,9 @@ bad:
 }
 
 /* A name from the image, relative to the image's directory unless
- * absolute.  A Windows path with a drive letter names nothing here. */
+ * absolute, under the rules of every name an image holds
+ * (formats/named-file.h); NULL when it names nothing here: a Windows
+ * path with a drive letter, or a name those rules refuse. */
 static char *resolve(const struct vpc_state *s, const char *name)
 {
     char *path = NULL;
@@ -104,12 +107,9 @@ static char *resolve(const struct vpc_state *s, const char *name)
     while (name[0] == '.' && name[1] == '/') {
         name += 2; /* ".\\parent.vhd", as Windows writes relative names */
     }
-    if (name[0] == '/' || !strchr(s->node->filename, '/')) {
-        return strdup(name);
-    }
-    CLEANUP_FREE char *copy = strdup(s->node->filename);
-    if (copy && asprintf(&path, "%s/%s", dirname(copy), name) < 0) {
-        path = NULL;
+    if (fmt_named_path("vpc", "parent image", s->node->filename, name, 0, &path) < 0) {
+        err_clear();
+        return NULL;
     }
     return path;
 }
@@ -205,60 +205,20 @@ int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h)
 
 int vpc_refuse_parent(struct vpc_state *s)
 {
-    CLEANUP_FREE char *esc = str_escape(s->parent_name);
-
-    return err_setx(EPERM,
-                    "vpc: refusing to open parent image '%s' (--untrusted opens the image "
-                    "alone)",
-                    esc ? esc : "?");
+    return fmt_refuse_named("vpc", "parent image", s->parent_name);
 }
 
 int vpc_open_parent(struct vpc_state *s, const struct blk_open_opts *opts, const uint8_t uuid[16])
 {
-    CLEANUP_FREE char *esc = str_escape(s->parent_name);
-    struct blk_chain me = {0};
-    struct stat st;
-    int r;
+    static const uint8_t none[16];
+    int r = fmt_open_backing(s->node, opts, s->parent_path, "vpc", &s->parent);
 
-    if (stat(s->parent_path, &st) < 0) {
-        return err_set(errno, "%s: vpc: parent image '%s'", s->node->filename, esc ? esc : "?");
-    }
-    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-        return err_setx(EINVAL, "%s: vpc: parent image '%s' is not a regular file or block device",
-                        s->node->filename, esc ? esc : "?");
-    }
-    if (stat(s->node->filename, &st) == 0) {
-        me.dev = st.st_dev;
-        me.ino = st.st_ino;
-    }
-    me.up = opts->chain;
-    struct blk_open_opts po = {
-        .filename = s->parent_path,
-        .read_only = true,
-        .direct = opts->direct,
-        .stream = opts->stream,
-        .aio = opts->aio,
-        .no_flush = opts->no_flush,
-        .depth = opts->depth + 1,
-        .chain = &me,
-        .force_share = opts->force_share,
-    };
-    blk_perm_for_backing(&opts->perms, &po.perms);
-    r = blk_open_stack(&s->parent, &po, "file", "vpc");
     if (r < 0) {
-        /* A chain fails at its bottom: the image whose parent failed and
-         * the top one name themselves, the ones between stay quiet, or a
-         * deep chain would print every file in it. */
-        s->parent_failed = true;
-        bool deeper = r == -ELOOP || strstr(err_msg(), ": vpc: parent image '");
-        if (!deeper || opts->depth == 0) {
-            err_prefix("%s: vpc: parent image '%s'", s->node->filename, esc ? esc : "?");
-        }
         return r;
     }
-    static const uint8_t none[16];
     const struct vpc_state *ps = s->parent->opaque;
     if (memcmp(uuid, none, 16) != 0 && memcmp(uuid, ps->footer.uuid, 16) != 0) {
+        CLEANUP_FREE char *esc = str_escape(s->parent_name);
         blk_node_close(s->parent);
         s->parent = NULL;
         return err_setx(EINVAL,

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/log.h"
+#include "formats/named-file.h"
 #include "vpc.h"
 
 /* Read the footer: a fixed one at the end, else the copy at offset 0. */
@@ -259,7 +260,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
 
 fail:;
     CLEANUP_FREE char *esc = str_escape(n->filename);
-    if (esc && !strstr(err_msg(), esc) && !(s->parent_failed && opts->depth > 0)) {
+    if (esc && !strstr(err_msg(), esc) && !fmt_chain_error_below(r, opts)) {
         err_prefix("%s", esc);
     }
     vpc_free_state(s);

@@ -130,7 +130,6 @@ struct vpc_state {
     char *parent_name; /* as the image records it (UTF-8), for info */
     char *parent_path; /* resolved */
     struct blk_node *parent;
-    bool parent_failed; /* the open failed in the parent: it named the files */
 };
 
 /* parent.c */
