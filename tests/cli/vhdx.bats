@@ -11,6 +11,12 @@ load '../formats-lib'
 
 bats_require_minimum_version 1.5.0
 
+# nbdsh runs "python3 -m nbd": the python with libnbd's module must be
+# first on PATH (as in tests/interop/lib.bash).
+nbdsh() {
+    PATH="$(dirname "$PYTHON3"):$PATH" command nbdsh "$@"
+}
+
 setup() {
     setup_test
     require_tool qemu-img jq
@@ -100,4 +106,163 @@ MiB=1048576
     assert_success
     [[ $(jq -c '[.[] | select(.data) | [.start, .length]]' <<<"$output") == '[[1048576,1048576],[4194304,1048576]]' ]]
     [[ $(jq -c '[.[] | select(.data | not) | .zero] | unique' <<<"$output") == '[true]' ]]
+}
+
+CRAFT=$BATS_TEST_DIRNAME/vhdx-craft.py
+
+# base_image FILE: qemu-img's 4 MiB dynamic image, 1 MiB blocks, block 0
+# written with 0xab (at 8 MiB of the file, which then ends at 9 MiB).
+base_image() {
+    rm -f "$1"
+    qemu-img create -q -f vhdx -o block_size=1M "$1" 4M
+    qemu-io -c 'write -P 0xab 0 1M' "$1" >/dev/null
+}
+
+@test "vhdx: a dirty log: refused read-only as qemu does, replayed by a writable open" {
+    local img=$TEST_DIR/dirty.vhdx
+    base_image "$img"
+    # block 1 -> 9 MiB (0x5a there), with the BAT sector only in the log
+    "$PYTHON3" "$CRAFT" "$img" dirty 1 $((9 * MiB)) 0x5a
+    cp "$img" "$TEST_DIR/by-qemu.vhdx"
+    local cmd
+    for cmd in "info $img" "map $img" "convert -O raw $img $TEST_DIR/out.raw"; do
+        run --separate-stderr "$DISKIMG" $cmd
+        assert_failure 1
+        [[ $stderr == *"opened read-only, but contains a log that needs to be replayed"* ]]
+    done
+    run --separate-stderr qemu-img info "$img"
+    assert_failure 1
+    [[ $stderr == *"contains a log that needs to be replayed"* ]]
+    # check without -r opens read-only: exit 1 as qemu-img; with -r the log is replayed
+    run "$DISKIMG" check "$img"
+    assert_failure 1
+    run "$DISKIMG" check -r all "$img"
+    assert_success
+    assert_output --partial "1 corruptions"
+    assert_output --partial "No errors were found on the image."
+    qemu-img check -q -r all "$TEST_DIR/by-qemu.vhdx"
+    # both replays give the same guest data, which qemu-img reads
+    run qemu-img compare "$img" "$TEST_DIR/by-qemu.vhdx"
+    assert_success
+    run qemu-io -c 'read -P 0xab 0 1M' -c 'read -P 0x5a 1M 1M' -c 'read -P 0 2M 2M' "$img"
+    assert_success
+    refute_output --partial "fail"
+    run qemu-img check "$img"
+    assert_success
+}
+
+@test "vhdx: hostile images end in a clear error, in bounded time and memory" {
+    local img=$TEST_DIR/h.vhdx spec op want
+    local -a cases=(
+        "badheaders|neither header is valid"
+        "regions 5000|region table claims 5000 entries"
+        "hugebat|the BAT (67125247 entries) is past the end of the file"
+        "bat 1 0x40000006|BAT entry 1 points past the end of the file"
+        "bat 1 0x100006|BAT entry 1 points into the image's metadata"
+        "bat 2 7|BAT entry 2 is PARTIALLY_PRESENT"
+        "meta 0 0x300000|block size 3145728 is not a power of two"
+        "meta 4 2|differencing images (with a parent) are not supported"
+        "meta 32 1000|logical sector size 1000 is not 512 or 4096"
+        "logfar rw|log entry 1 writes at 1099511627776, outside"
+        "logtrunc rw|shorter (9437184 bytes) than the log says was flushed"
+    )
+    for spec in "${cases[@]}"; do
+        op=${spec%%|*} want=${spec#*|}
+        base_image "$img"
+        "$PYTHON3" "$CRAFT" "$img" ${op% rw}
+        if [[ $op == *" rw" ]]; then
+            run --separate-stderr bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ \
+                "$DISKIMG" check -r all "$img"
+        else
+            run --separate-stderr bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ \
+                "$DISKIMG" info "$img"
+        fi
+        [[ $status == 1 ]] || { echo "$op: status $status: $stderr"; false; }
+        [[ $stderr == "diskimg: $img: vhdx: "*"$want"* ]] || { echo "$op: $stderr"; false; }
+        (($(wc -l <<<"$stderr") == 1))
+    done
+    # a ring full of chained entries is replayed, once, in bounded time
+    base_image "$img"
+    "$PYTHON3" "$CRAFT" "$img" logring
+    run bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ "$DISKIMG" check -r all "$img"
+    assert_success
+    run qemu-img check "$img"
+    assert_success
+}
+
+@test "vhdx: serve: writes and concurrent allocations land where qemu-img sees them" {
+    require_tool qemu-io nbdsh
+    require_nbd_python
+    local img=$TEST_DIR/s.vhdx exp=$TEST_DIR/expected.raw
+    "$DISKIMG" create -q -f vhdx -o block_size=1M "$img" $((12 * MiB + 512))
+    start_server -t -f vhdx "$img"
+    run qemu-io -f raw -c 'write -P 0x11 0 64k' -c 'write -P 0x22 2047k 2k' "$URI"
+    assert_success
+    # 44 writes of 256 KiB in flight at once over 11 unallocated blocks,
+    # four per block, out of order: each block must be allocated once
+    nbdsh -u "$URI" -c '
+import random
+offs = [1 << 20 | 0] + [(b << 20) + q * 262144 for b in range(2, 12) for q in range(4)]
+offs += [(1 << 20) + q * 262144 for q in range(1, 4)]
+random.seed(7)
+random.shuffle(offs)
+for o in offs:
+    h.aio_pwrite(bytes([(o >> 18) % 251 + 1]) * 262144, o)
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+h.flush()
+'
+    stop_server
+    "$PYTHON3" - "$exp" <<'PY'
+import sys
+size = 12 * (1 << 20) + 512
+b = bytearray(size)
+b[0:65536] = b"\x11" * 65536
+b[2047 * 1024:2049 * 1024] = b"\x22" * 2048
+for o in range(1 << 20, 12 << 20, 262144):
+    b[o:o + 262144] = bytes([(o >> 18) % 251 + 1]) * 262144
+open(sys.argv[1], "wb").write(b)
+PY
+    run qemu-img check "$img"
+    assert_success
+    run qemu-img compare -f raw -F vhdx "$exp" "$img"
+    assert_success
+    # one block per 1 MiB of guest data: 12 blocks after 8 MiB of layout
+    (($(stat -c %s "$img") == 20 * MiB))
+}
+
+@test "vhdx: kill -9 of serve during allocating writes: qemu-img replays the log, flushed data kept" {
+    require_tool qemu-io nbdsh
+    require_nbd_python
+    local img=$TEST_DIR/k.vhdx
+    "$DISKIMG" create -q -f vhdx -o block_size=1M "$img" $((8 * MiB))
+    start_server -f vhdx "$img"
+    # flushed writes, then allocating writes with no flush, then kill -9
+    nbdsh -u "$URI" -c "
+import os, signal
+h.pwrite(b'\x33' * 1048576, 0)
+h.pwrite(b'\x44' * 4096, 5 << 20)
+h.flush()
+h.pwrite(b'\x55' * 65536, 3 << 20)
+h.pwrite(b'\x66' * 65536, 6 << 20)
+os.kill($SERVER_PID, signal.SIGKILL)
+"
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+    cp "$img" "$TEST_DIR/copy.vhdx"
+    # the allocations after the flush left the log live: read-only opens refuse
+    run --separate-stderr qemu-img info "$img"
+    assert_failure 1
+    [[ $stderr == *"needs to be replayed"* ]]
+    run qemu-img check -r all "$img"
+    assert_success
+    run qemu-io -c 'read -P 0x33 0 1M' -c 'read -P 0x44 5M 4k' -c 'read -P 0x55 3M 64k' \
+        -c 'read -P 0x66 6M 64k' -c 'read -P 0 7M 1M' "$img"
+    assert_success
+    refute_output --partial "fail"
+    # diskimg replays the same log to the same data
+    run "$DISKIMG" check -r all "$TEST_DIR/copy.vhdx"
+    assert_success
+    run qemu-img compare "$img" "$TEST_DIR/copy.vhdx"
+    assert_success
 }
