@@ -209,6 +209,11 @@ int blk_image_pwrite_compressed(struct blk_image *img, uint64_t off, uint64_t le
                                 size_t clen);
 /* The format's cluster size, or 0 (raw). */
 uint64_t blk_image_cluster_size(struct blk_image *img);
+/* The image takes data only as compressed clusters (blk_copy compresses
+ * for it without being asked). */
+bool blk_image_compressed_only(const struct blk_image *img);
+/* Can images of this format store compressed clusters (convert -c)? */
+bool blk_format_can_compress(const char *format);
 /* Honours --discard: a no-op (success) with discard=ignore. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags);
 /* Change the virtual size (qcow2: grows the L1 table as needed). */
@@ -257,18 +262,29 @@ struct blk_snapshot_info {
 };
 
 /* One format-specific fact, printed as JSON "key": value and as a
- * "label: value" line. */
+ * "label: value" line.  Nesting stays flat: BLK_INFO_ARRAY opens a list
+ * named key, BLK_INFO_OBJECT opens one element of it ("[i]:"), and
+ * BLK_INFO_END closes the innermost one (vmdk's extents). */
 struct blk_info_field {
     const char *key;
     const char *label;
     /* BLK_INFO_BITMAPS: the image's bitmap list goes here. */
-    enum { BLK_INFO_STR, BLK_INFO_INT, BLK_INFO_BOOL, BLK_INFO_BITMAPS } type;
+    enum {
+        BLK_INFO_STR,
+        BLK_INFO_INT,
+        BLK_INFO_BOOL,
+        BLK_INFO_BITMAPS,
+        BLK_INFO_ARRAY,
+        BLK_INFO_OBJECT,
+        BLK_INFO_END,
+    } type;
     const char *s;
     int64_t i;
     bool b;
+    char *owned; /* freed with the info: s may point into it (the image is closed by then) */
 };
 
-#define BLK_INFO_MAX_FIELDS 16
+#define BLK_INFO_MAX_FIELDS 64
 
 /* A persistent dirty bitmap, as qemu-img info lists it. */
 struct blk_bitmap_info {

@@ -326,8 +326,10 @@ static void *copy_worker(void *arg)
     return NULL;
 }
 
-int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *o)
+int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *opts)
 {
+    struct blk_copy_opts local = *opts;
+    const struct blk_copy_opts *o = &local;
     struct copy c = {.src = src, .dst = dst, .o = o};
     unsigned n = MIN(MAX(o->workers, 1u), (unsigned)MAX_WORKERS);
     pthread_t tid[MAX_WORKERS];
@@ -335,6 +337,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     unsigned started = 0;
     void *zeroes = NULL;
 
+    local.compress = opts->compress || blk_image_compressed_only(dst);
     c.size = blk_image_size(src);
     c.buffer = o->buffer_size ? o->buffer_size : DEFAULT_BUFFER;
     if (blk_image_size(dst) < c.size) {
@@ -345,7 +348,8 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     if (o->compress) {
         c.cluster = blk_image_cluster_size(dst);
         if (!c.cluster) {
-            return err_setx(ENOTSUP, "compression needs a target format with clusters (qcow2)");
+            return err_setx(ENOTSUP,
+                            "compression needs a target format with clusters (qcow2, vmdk)");
         }
         c.buffer = MAX(ROUND_DOWN(c.buffer, c.cluster), c.cluster);
     }

@@ -205,6 +205,9 @@ struct blk_node {
 
     bool read_only;
     bool growable; /* writes past the end extend it (a format's child) */
+    /* Set by open: data goes in only as compressed clusters (a
+     * streamOptimized vmdk), so copies compress whatever they were asked. */
+    bool compressed_only;
     bool no_flush; /* cache=unsafe: flushing stable storage is a no-op */
 
     /* Filled by drv->open.  Per node, not per driver: raw can promise FUA

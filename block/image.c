@@ -224,6 +224,11 @@ uint64_t blk_image_cluster_size(struct blk_image *img)
     return img->root->drv->cluster_size ? img->root->drv->cluster_size(img->root) : 0;
 }
 
+bool blk_image_compressed_only(const struct blk_image *img)
+{
+    return img->root->compressed_only;
+}
+
 /* discard=ignore drops the discard, not the checks: a read-only image or
  * a range past the end is refused either way. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)
@@ -266,6 +271,9 @@ void blk_image_info_free(struct blk_image_info *info)
         free(info->bitmaps[i].name);
     }
     free(info->bitmaps);
+    for (unsigned i = 0; i < info->n_fields; i++) {
+        free(info->fields[i].owned);
+    }
     memset(info, 0, sizeof *info);
 }
 

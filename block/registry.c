@@ -38,6 +38,13 @@ const struct blk_driver *blk_find_driver(const char *name)
     return NULL;
 }
 
+bool blk_format_can_compress(const char *format)
+{
+    const struct blk_driver *drv = blk_find_driver(format);
+
+    return drv && drv->is_format && drv->compress && drv->pwrite_compressed;
+}
+
 /* Length of the scheme of a URL ("http" in "http://h/x"), or 0 when
  * filename does not start like one (RFC 3986: a letter, then letters,
  * digits, '+', '-' or '.', then "://"). */

@@ -48,7 +48,7 @@ static void convert_usage(FILE *f)
             "  -f FMT            source format (default: probe)\n"
             "  -O FMT            target format: raw (default), qcow2, vpc...\n"
             "  -o OPTIONS        target creation options; -O FMT -o help lists them\n"
-            "  -c                compress the target (qcow2) in the -m workers, so on every\n"
+            "  -c                compress the target (qcow2, vmdk) in the -m workers, so on every\n"
             "                    core; writes stay in order unless -W\n"
             "  -n                do not create DST: it exists and is at least as large\n"
             "  -S SIZE           zero runs of at least SIZE become holes (default 4k);\n"
@@ -260,8 +260,10 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     /* --untrusted: the source is opened alone; so is an existing target
      * (it may be a download too), while a target made here is ours. */
     o->dst.untrusted = o->src.untrusted && !o->create_target;
-    if (o->copy.compress && strcmp(o->create.format, "qcow2") != 0) {
-        return cmd_usage_error("convert", "-c needs -O qcow2 (%s has no compression)",
+    if (o->copy.compress && !blk_format_can_compress(o->create.format)) {
+        return cmd_usage_error("convert",
+                               "-c needs a format with compression, such as -O qcow2 "
+                               "(%s has none)",
                                o->create.format);
     }
     return 0;

@@ -113,6 +113,8 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
         json_int(w, "actual-size", in->actual_size);
     }
     if (in->n_fields) {
+        bool depth[BLK_INFO_MAX_FIELDS]; /* true: an array */
+        int nest = 0;
         json_begin_object(w, "format-specific");
         json_str(w, "type", in->format);
         json_begin_object(w, "data");
@@ -130,6 +132,23 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
                 break;
             case BLK_INFO_BITMAPS:
                 info_bitmaps_json(w, in);
+                break;
+            case BLK_INFO_ARRAY:
+                json_begin_array(w, f->key);
+                depth[nest++] = true;
+                break;
+            case BLK_INFO_OBJECT:
+                json_begin_object(w, NULL);
+                depth[nest++] = false;
+                break;
+            case BLK_INFO_END:
+                if (nest > 0) {
+                    if (depth[--nest]) {
+                        json_end_array(w);
+                    } else {
+                        json_end_object(w);
+                    }
+                }
                 break;
             }
         }
@@ -213,23 +232,35 @@ static void info_human(const char *filename, const struct blk_image_info *in)
         info_snapshots_human(in);
     }
     if (in->n_fields) {
+        int ind = 4; /* the indent, 4 more per nesting level */
         printf("Format specific information:\n");
         for (unsigned i = 0; i < in->n_fields; i++) {
             const struct blk_info_field *f = &in->fields[i];
             switch (f->type) {
             case BLK_INFO_STR: {
                 CLEANUP_FREE char *v = str_escape(f->s);
-                printf("    %s: %s\n", f->label, v ? v : "?");
+                printf("%*s%s: %s\n", ind, "", f->label, v ? v : "?");
                 break;
             }
             case BLK_INFO_INT:
-                printf("    %s: %" PRId64 "\n", f->label, f->i);
+                printf("%*s%s: %" PRId64 "\n", ind, "", f->label, f->i);
                 break;
             case BLK_INFO_BOOL:
-                printf("    %s: %s\n", f->label, f->b ? "true" : "false");
+                printf("%*s%s: %s\n", ind, "", f->label, f->b ? "true" : "false");
                 break;
             case BLK_INFO_BITMAPS:
                 info_bitmaps_human(in);
+                break;
+            case BLK_INFO_ARRAY:
+                printf("%*s%s:\n", ind, "", f->label);
+                ind += 4;
+                break;
+            case BLK_INFO_OBJECT:
+                printf("%*s[%" PRId64 "]:\n", ind, "", f->i);
+                ind += 4;
+                break;
+            case BLK_INFO_END:
+                ind = ind > 4 ? ind - 4 : 4;
                 break;
             }
         }

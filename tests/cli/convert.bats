@@ -181,7 +181,7 @@ usage_error() {
     usage_error "invalid cache mode 'bogus'" -t bogus "$a" "$b"
     usage_error "invalid cache mode 'fast'" -T fast "$a" "$b"
     usage_error "--progress takes human or json" --progress=xml "$a" "$b"
-    usage_error "-c needs -O qcow2" -c "$a" "$b"
+    usage_error "-c needs a format with compression" -c "$a" "$b"
     usage_error "--target-is-zero needs -n" --target-is-zero "$a" "$b"
     usage_error "(-n)" -n -o cluster_size=4k "$a" "$b"
     # None of these created anything.
@@ -208,8 +208,8 @@ one_line_error() {
     [[ "$stderr" == *"nodir/x.raw"* ]]
     one_line_error -n "$TEST_DIR/src.raw" "$TEST_DIR/missing.raw"
     [[ "$stderr" == *"missing.raw: No such file or directory"* ]]
-    one_line_error -O vmdk "$TEST_DIR/src.raw" "$d"
-    [[ "$stderr" == *"vmdk"* ]]
+    one_line_error -O bochs "$TEST_DIR/src.raw" "$d"
+    [[ "$stderr" == *"bochs"* ]]
     one_line_error -f qcow2 "$TEST_DIR/src.raw" "$d"
     [[ "$stderr" == *"qcow2"* ]]
     one_line_error -O qcow2 -o cluster_size=3000 "$TEST_DIR/src.raw" "$d"
