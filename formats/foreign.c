@@ -54,66 +54,6 @@ int foreign_probe_qed(const uint8_t *buf, size_t len, const char *filename)
     return len >= 64 && memcmp(buf, "QED", 4) == 0 ? CERTAIN : 0;
 }
 
-/* One line of a VMDK text descriptor at p: comments and blank lines may
- * come before "version=N" (N 1..3, LF or CRLF).  Returns 1 for the
- * version line, 0 for anything else, -1 to go on at *next. */
-static int vmdk_desc_line(const char *p, const char *end, const char **next)
-{
-    if (*p == '#') {
-        while (p < end && *p != '\n') {
-            p++;
-        }
-        *next = p < end ? p + 1 : end;
-        return -1;
-    }
-    if (*p == ' ') {
-        while (p < end && *p == ' ') {
-            p++;
-        }
-        if (p < end && *p == '\r') {
-            p++;
-        }
-        if (p == end || *p != '\n') {
-            return 0; /* a line of spaces must be blank */
-        }
-        *next = p + 1;
-        return -1;
-    }
-    for (const char *eol = "\n"; eol; eol = eol[0] == '\n' ? "\r\n" : NULL) {
-        size_t n = strlen("version=X") + strlen(eol);
-        if ((size_t)(end - p) >= n && memcmp(p, "version=", 8) == 0 && p[8] >= '1' && p[8] <= '3' &&
-            memcmp(p + 9, eol, strlen(eol)) == 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* VMDK: a sparse extent ("KDMV", or "COWD" for VMware 3) or a text
- * descriptor whose first line that is not a comment or blank is
- * "version=1", "=2" or "=3". */
-int foreign_probe_vmdk(const uint8_t *buf, size_t len, const char *filename)
-{
-    const char *p = (const char *)buf, *end = p + len;
-
-    (void)filename;
-    if (len < 4) {
-        return 0;
-    }
-    if (memcmp(buf, "KDMV", 4) == 0 || memcmp(buf, "COWD", 4) == 0) {
-        return CERTAIN;
-    }
-    while (p < end) {
-        const char *next = end;
-        int r = vmdk_desc_line(p, end, &next);
-        if (r >= 0) {
-            return r ? CERTAIN : 0;
-        }
-        p = next;
-    }
-    return 0;
-}
-
 /* Parallels: one of two 16-byte magics, then version 2 (little-endian). */
 int foreign_probe_parallels(const uint8_t *buf, size_t len, const char *filename)
 {
@@ -194,7 +134,6 @@ static int foreign_open(struct blk_node *n, const struct blk_open_opts *opts)
 
 FOREIGN(qcow)
 FOREIGN(qed)
-FOREIGN(vmdk)
 FOREIGN(parallels)
 FOREIGN(bochs)
 FOREIGN(cloop)

@@ -9,7 +9,6 @@
 
 int foreign_probe_qcow(const uint8_t *buf, size_t len, const char *filename);
 int foreign_probe_qed(const uint8_t *buf, size_t len, const char *filename);
-int foreign_probe_vmdk(const uint8_t *buf, size_t len, const char *filename);
 int foreign_probe_parallels(const uint8_t *buf, size_t len, const char *filename);
 int foreign_probe_bochs(const uint8_t *buf, size_t len, const char *filename);
 int foreign_probe_cloop(const uint8_t *buf, size_t len, const char *filename);

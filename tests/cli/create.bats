@@ -235,7 +235,7 @@ create_fails() {
     create_fails 1 "bogus" -f qcow2 -o preallocation=bogus x.qcow2 1M
     create_fails 1 "metadata" -f raw -o preallocation=metadata x.raw 1M
     create_fails 1 "lazy_refcounts" -f qcow2 -o lazy_refcounts=maybe x.qcow2 1M
-    create_fails 1 "vmdk" -f vmdk x.img 1M
+    create_fails 1 "subformat" -f vmdk -o subformat=bogus x.vmdk 1M
 }
 
 @test "create: usage errors exit 2" {

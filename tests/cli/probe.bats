@@ -5,7 +5,7 @@
 
 load '../helpers'
 
-FOREIGN=(vmdk qed qcow parallels luks)
+FOREIGN=(qed qcow parallels luks)
 
 setup() {
     setup_test
@@ -88,10 +88,10 @@ make_foreign() {
 }
 
 @test "-f with a foreign format name says it is not supported" {
-    make_foreign vmdk
-    run "$DISKIMG" info -f vmdk "$TEST_DIR/x.vmdk"
+    make_foreign qed
+    run "$DISKIMG" info -f qed "$TEST_DIR/x.qed"
     assert_failure 1
-    assert_output --partial "vmdk images are not supported"
+    assert_output --partial "qed images are not supported"
     run "$DISKIMG" create -f qed "$TEST_DIR/new.qed" 1M
     assert_failure
     assert_output --regexp '^diskimg: creating qed images is not supported \(raw, qcow2(, [a-z]+)*\)$'
@@ -103,8 +103,8 @@ make_foreign() {
     run qemu-img info "$TEST_DIR/d.vmdk"
     assert_output --partial "file format: vmdk"
     run "$DISKIMG" info "$TEST_DIR/d.vmdk"
-    assert_failure 1
-    assert_output --partial "vmdk images are not supported"
+    assert_success
+    assert_line "file format: vmdk"
 }
 
 @test "a .dmg name probes as dmg (qemu's rule), a magic outranks it" {

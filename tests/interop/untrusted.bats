@@ -148,10 +148,10 @@ run_bounded() {
     assert_output "diskimg: q.dmg: the first bytes look like both qcow2 and dmg images; name the format with -f"
     run "$DISKIMG" info --untrusted -f qcow2 q.dmg
     assert_success
-    qemu-img create -q -f vmdk x.vmdk 1M
-    run "$DISKIMG" convert --untrusted -O raw x.vmdk out.raw
+    qemu-img create -q -f qed x.qed 1M
+    run "$DISKIMG" convert --untrusted -O raw x.qed out.raw
     assert_failure 1
-    assert_output --partial "vmdk images are not supported"
+    assert_output --partial "qed images are not supported"
 }
 
 @test "create --untrusted opens the -b file alone, for its size" {

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "formats/foreign.h"
 #include "formats/vpc/vpc.h"
+#include "formats/vmdk/vmdk.h"
 
 CHECK_GLOBALS
 
@@ -84,7 +85,7 @@ static void test_vmdk(void)
         clear();
         put(0, rows[i].text, strlen(rows[i].text));
         /* The buffer ends right after the text, as a short file would. */
-        int got = foreign_probe_vmdk(sec, strlen(rows[i].text), NULL);
+        int got = vmdk_probe(sec, strlen(rows[i].text), NULL);
         if (got != rows[i].score) {
             fprintf(stderr, "vmdk text %zu scores %d\n", i, got);
             CHECK(0);
@@ -92,10 +93,10 @@ static void test_vmdk(void)
     }
     clear();
     put(0, "KDMV", 4);
-    CHECK_EQ(foreign_probe_vmdk(sec, sizeof sec, NULL), 100);
+    CHECK_EQ(vmdk_probe(sec, sizeof sec, NULL), 100);
     put(0, "COWD", 4);
-    CHECK_EQ(foreign_probe_vmdk(sec, sizeof sec, NULL), 100);
-    CHECK_EQ(foreign_probe_vmdk(sec, 3, NULL), 0);
+    CHECK_EQ(vmdk_probe(sec, sizeof sec, NULL), 100);
+    CHECK_EQ(vmdk_probe(sec, 3, NULL), 0);
 }
 
 static void test_vpc_vhdx(void)

@@ -1,0 +1,296 @@
+/* formats/vmdk/create.c: creating monolithicSparse and streamOptimized
+ * images with qemu-img 7.2's options, layout and summary line.
+ *
+ * The layout is qemu's: header at sector 0, the descriptor in sectors
+ * 1-20, the redundant grain directory at 21 and its tables, the grain
+ * directory and its tables, all tables preallocated (zeroed), the first
+ * grain at the end of that rounded up to 128 sectors.  streamOptimized
+ * has the same front (version 3, compressed grains with markers); its
+ * grains are appended by stream.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/bytes.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "vmdk.h"
+
+#define GRAIN_SECTORS 128u
+#define DESC_SECTORS 20u
+#define GT_SECTORS (VMDK_MAX_GTES * 4u / VMDK_SECTOR)
+
+struct vmdk_create_opts {
+    uint64_t size;
+    bool size_set;
+    /* copies: kv_foreach's strings last only for the call */
+    const char *subformat, *adapter, *hwversion, *toolsversion;
+    char subformat_buf[64], adapter_buf[64], hwversion_buf[64], toolsversion_buf[64];
+    bool compat6, zeroed_grain;
+    bool compat6_set, zeroed_set;
+};
+
+static int parse_onoff(const char *key, const char *value, bool *out)
+{
+    if (!value || parse_bool(value, out) < 0) {
+        return err_setx(EINVAL, "vmdk: option '%s' takes on or off", key);
+    }
+    return 0;
+}
+
+static int copy_value(const char *key, const char *value, char buf[64], const char **out)
+{
+    if (strlen(value) >= 64) {
+        return err_setx(EINVAL, "vmdk: the value of option '%s' is too long", key);
+    }
+    strcpy(buf, value);
+    *out = buf;
+    return 0;
+}
+
+static int create_opt(const char *key, const char *value, void *opaque)
+{
+    struct vmdk_create_opts *c = opaque;
+
+    if (strcmp(key, "compat6") == 0) {
+        c->compat6_set = true;
+        return parse_onoff(key, value, &c->compat6);
+    }
+    if (strcmp(key, "zeroed_grain") == 0) {
+        c->zeroed_set = true;
+        return parse_onoff(key, value, &c->zeroed_grain);
+    }
+    if (!value) {
+        return err_setx(EINVAL, "vmdk: option '%s' needs a value", key);
+    }
+    if (strcmp(key, "size") == 0) {
+        if (c->size_set) {
+            return err_setx(EINVAL, "vmdk: the size is given twice (-o size and SIZE)");
+        }
+        if (parse_size(value, &c->size) < 0) {
+            return err_setx(EINVAL, "vmdk: invalid size '%s'", value);
+        }
+        c->size_set = true;
+    } else if (strcmp(key, "subformat") == 0) {
+        return copy_value(key, value, c->subformat_buf, &c->subformat);
+    } else if (strcmp(key, "adapter_type") == 0) {
+        return copy_value(key, value, c->adapter_buf, &c->adapter);
+    } else if (strcmp(key, "hwversion") == 0) {
+        return copy_value(key, value, c->hwversion_buf, &c->hwversion);
+    } else if (strcmp(key, "toolsversion") == 0) {
+        return copy_value(key, value, c->toolsversion_buf, &c->toolsversion);
+    } else if (strcmp(key, "preallocation") == 0) {
+        if (strcmp(value, "off") != 0) {
+            return err_setx(ENOTSUP, "vmdk: preallocation '%s' is not supported (off only)", value);
+        }
+    } else {
+        return err_setx(EINVAL, "vmdk: unknown option '%s'", key);
+    }
+    return 0;
+}
+
+static int create_parse(const struct blk_create_opts *o, struct vmdk_create_opts *c)
+{
+    static const char *const adapters[] = {"ide", "lsilogic", "buslogic", "legacyESX"};
+    int r;
+
+    *c = (struct vmdk_create_opts){.size = o->size, .size_set = o->size_set};
+    if (o->backing_file) {
+        return err_setx(ENOTSUP, "vmdk: images with a backing file are not supported by diskimg");
+    }
+    if (o->options && (r = kv_foreach(o->options, create_opt, c)) != 0) {
+        return r;
+    }
+    if (c->subformat && strcmp(c->subformat, "monolithicSparse") != 0 &&
+        strcmp(c->subformat, "streamOptimized") != 0) {
+        if (strcmp(c->subformat, "monolithicFlat") == 0 ||
+            strcmp(c->subformat, "twoGbMaxExtentSparse") == 0 ||
+            strcmp(c->subformat, "twoGbMaxExtentFlat") == 0) {
+            return err_setx(ENOTSUP,
+                            "vmdk: diskimg reads %s images but writes only monolithicSparse and "
+                            "streamOptimized",
+                            c->subformat);
+        }
+        return err_setx(EINVAL, "vmdk: unknown subformat: %s", c->subformat);
+    }
+    bool adapter_ok = !c->adapter;
+    for (size_t i = 0; c->adapter && i < sizeof adapters / sizeof adapters[0]; i++) {
+        adapter_ok |= strcmp(c->adapter, adapters[i]) == 0;
+    }
+    if (!adapter_ok) {
+        return err_setx(EINVAL, "vmdk: unknown adapter type: '%s'", c->adapter);
+    }
+    if (c->compat6 && c->hwversion) {
+        return err_setx(EINVAL, "vmdk: compat6 cannot be enabled with hwversion set");
+    }
+    if ((c->hwversion && strpbrk(c->hwversion, "\"\n\r")) ||
+        (c->toolsversion && strpbrk(c->toolsversion, "\"\n\r"))) {
+        return err_setx(EINVAL, "vmdk: a version may not hold quotes or line breaks");
+    }
+    return 0;
+}
+
+int vmdk_create_check(const struct blk_create_opts *o)
+{
+    struct vmdk_create_opts c;
+
+    return create_parse(o, &c);
+}
+
+int vmdk_format_descriptor(char *out, size_t cap, uint32_t cid, const char *create_type,
+                           uint64_t sectors, const char *extent_name, const char *adapter,
+                           const char *hwversion, const char *toolsversion)
+{
+    unsigned heads = strcmp(adapter, "ide") == 0 ? 16 : 255;
+    uint64_t cylinders = sectors * VMDK_SECTOR / (63ull * heads * VMDK_SECTOR);
+    int n = snprintf(out, cap,
+                     "# Disk DescriptorFile\n"
+                     "version=1\n"
+                     "CID=%08" PRIx32 "\n"
+                     "parentCID=ffffffff\n"
+                     "createType=\"%s\"\n"
+                     "\n"
+                     "# Extent description\n"
+                     "RW %" PRIu64 " SPARSE \"%s\"\n"
+                     "\n"
+                     "# The Disk Data Base\n"
+                     "#DDB\n"
+                     "\n"
+                     "ddb.virtualHWVersion = \"%s\"\n"
+                     "ddb.geometry.cylinders = \"%" PRIu64 "\"\n"
+                     "ddb.geometry.heads = \"%u\"\n"
+                     "ddb.geometry.sectors = \"63\"\n"
+                     "ddb.adapterType = \"%s\"\n"
+                     "ddb.toolsVersion = \"%s\"\n",
+                     cid, create_type, sectors, extent_name, hwversion, cylinders, heads, adapter,
+                     toolsversion);
+    return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
+}
+
+static void put_header(uint8_t *h, bool stream, bool zeroed, uint64_t sectors, uint64_t gd_sectors,
+                       uint64_t gt_count, uint64_t *overhead)
+{
+    uint64_t rgd = 1 + DESC_SECTORS;
+    uint64_t gd = rgd + gd_sectors + gt_count * GT_SECTORS;
+    uint32_t flags = VMDK_FLAG_NL_DETECT | VMDK_FLAG_RGD;
+
+    *overhead = ROUND_UP(gd + gd_sectors + gt_count * GT_SECTORS, GRAIN_SECTORS);
+    if (zeroed) {
+        flags |= VMDK_FLAG_ZEROED_GRAIN;
+    }
+    if (stream) {
+        flags |= VMDK_FLAG_COMPRESS | VMDK_FLAG_MARKER;
+    }
+    memset(h, 0, VMDK_HEADER_SIZE);
+    memcpy(h, VMDK4_MAGIC, 4);
+    put_le32(h + 4, stream ? 3 : zeroed ? 2 : 1);
+    put_le32(h + 8, flags);
+    put_le64(h + 12, sectors);
+    put_le64(h + 20, GRAIN_SECTORS);
+    put_le64(h + 28, 1);
+    put_le64(h + 36, DESC_SECTORS);
+    put_le32(h + 44, VMDK_MAX_GTES);
+    put_le64(h + 48, rgd);
+    put_le64(h + 56, gd);
+    put_le64(h + 64, *overhead);
+    memcpy(h + 73, "\n \r\n", 4);
+    put_le16(h + 77, stream ? 1 : 0);
+}
+
+/* A grain directory whose entries point at consecutive tables. */
+static int write_gd(struct blk_node *file, uint64_t at, uint64_t gd_sectors, uint64_t gt_count)
+{
+    uint64_t bytes = gd_sectors * VMDK_SECTOR;
+    CLEANUP_FREE uint8_t *gd = calloc(1, bytes ? bytes : 1);
+
+    if (!gd) {
+        return err_set(ENOMEM, "vmdk: grain directory");
+    }
+    for (uint64_t i = 0; i < gt_count; i++) {
+        put_le32(gd + 4 * i, (uint32_t)(at + gd_sectors + i * GT_SECTORS));
+    }
+    return bytes ? blk_pwrite(file, at * VMDK_SECTOR, gd, bytes, 0) : 0;
+}
+
+int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
+{
+    struct vmdk_create_opts c;
+    uint8_t hdr[VMDK_HEADER_SIZE];
+    char desc[DESC_SECTORS * VMDK_SECTOR] = {0};
+    uint64_t overhead;
+    int r = create_parse(o, &c);
+
+    if (r < 0) {
+        return r;
+    }
+    if (!c.size_set) {
+        return err_setx(EINVAL, "vmdk: the image size is required");
+    }
+    uint64_t sectors = VMDK_DIV_UP(c.size, VMDK_SECTOR);
+    uint64_t grains = VMDK_DIV_UP(sectors, GRAIN_SECTORS);
+    uint64_t gt_count = VMDK_DIV_UP(grains, VMDK_MAX_GTES);
+    uint64_t gd_sectors = VMDK_DIV_UP(gt_count * 4, VMDK_SECTOR);
+    if (sectors > (UINT64_C(1) << 40)) {
+        return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
+    }
+    bool stream = c.subformat && strcmp(c.subformat, "streamOptimized") == 0;
+    put_header(hdr, stream, c.zeroed_grain, sectors, gd_sectors, gt_count, &overhead);
+    if ((overhead + 2 * gd_sectors) > UINT32_MAX) {
+        return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
+    }
+    CLEANUP_FREE char *copy = strdup(o->filename);
+    uint32_t cid = (uint32_t)(clock_ns() * 2654435761u) ^ (uint32_t)getpid();
+    r = copy ? vmdk_format_descriptor(desc, sizeof desc, cid >= 0xfffffffeu ? 1 : cid,
+                                      stream ? "streamOptimized" : "monolithicSparse", sectors,
+                                      basename(copy), c.adapter ? c.adapter : "ide",
+                                      c.hwversion ? c.hwversion
+                                      : c.compat6 ? "6"
+                                                  : "4",
+                                      c.toolsversion ? c.toolsversion : "2147483647")
+             : -ENOMEM;
+    if (r < 0) {
+        return err_setx(-r, "vmdk: the descriptor does not fit in %u sectors", DESC_SECTORS);
+    }
+    uint64_t rgd = 1 + DESC_SECTORS, gd = get_le64(hdr + 56);
+    r = blk_truncate(file, overhead * VMDK_SECTOR);
+    if (r == 0) {
+        r = write_gd(file, rgd, gd_sectors, gt_count);
+    }
+    if (r == 0) {
+        r = write_gd(file, gd, gd_sectors, gt_count);
+    }
+    if (r == 0) {
+        r = blk_pwrite(file, VMDK_SECTOR, desc, sizeof desc, 0);
+    }
+    if (r == 0) {
+        r = blk_pwrite(file, 0, hdr, sizeof hdr, 0);
+    }
+    if (r < 0) {
+        return r;
+    }
+    /* qemu-img's summary: its option list order, given options only. */
+    char line[512];
+    int n = snprintf(line, sizeof line, "fmt=vmdk size=%" PRIu64, c.size);
+    if (c.adapter) {
+        n += snprintf(line + n, sizeof line - (size_t)n, " adapter_type=%s", c.adapter);
+    }
+    n += snprintf(line + n, sizeof line - (size_t)n, " compat6=%s hwversion=%s",
+                  c.compat6 ? "on" : "off", c.hwversion ? c.hwversion : "undefined");
+    if (c.toolsversion) {
+        n += snprintf(line + n, sizeof line - (size_t)n, " toolsversion=%s", c.toolsversion);
+    }
+    if (c.subformat) {
+        n += snprintf(line + n, sizeof line - (size_t)n, " subformat=%s", c.subformat);
+    }
+    if (c.zeroed_set) {
+        snprintf(line + n, sizeof line - (size_t)n, " zeroed_grain=%s",
+                 c.zeroed_grain ? "on" : "off");
+    }
+    *summary = strdup(line);
+    return 0;
+}
