@@ -175,6 +175,23 @@ static enum run_kind kind_of(uint64_t e)
     return VHDX_BAT_STATE(e) == VHDX_BLOCK_ZERO ? RUN_ZERO_STATE : RUN_EMPTY;
 }
 
+/* A present block may still be a hole in the file (qemu writes only what
+ * the guest wrote; a fixed image is allocated but never written): ask
+ * the file, as qcow2 does for preallocated clusters, so that convert and
+ * map see those zeroes too. */
+static void file_holes(struct vhdx_state *s, struct blk_extent *ext)
+{
+    struct blk_extent fext;
+
+    if (blk_block_status(s->file, ext->offset, ext->length, &fext) == 0 && fext.length) {
+        ext->length = MIN(ext->length, fext.length);
+        if (!(fext.flags & BLK_EXT_DATA)) {
+            ext->flags |= BLK_EXT_ZERO;
+        }
+    }
+    err_clear();
+}
+
 int vhdx_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
 {
     struct vhdx_state *s = n->opaque;
@@ -203,6 +220,7 @@ int vhdx_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk
         ext->offset = VHDX_BAT_OFFSET(e) + in;
         ext->filename = s->file->filename;
         ext->depth = 1;
+        file_holes(s, ext);
         break;
     case RUN_ZERO_STATE:
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;

@@ -101,11 +101,15 @@ MiB=1048576
     run "$DISKIMG" check "$img"
     assert_success
     assert_output --partial "No errors were found on the image."
-    # map: only the two written blocks are data; the rest are zero holes
+    # map: blocks never written are zero holes, and so is the unwritten
+    # part of block 4 (a hole in the file); qemu-img reports all data
     run "$DISKIMG" map --output=json "$img"
     assert_success
-    [[ $(jq -c '[.[] | select(.data) | [.start, .length]]' <<<"$output") == '[[1048576,1048576],[4194304,1048576]]' ]]
+    [[ $(jq -c '[.[] | select(.data and (.zero | not)) | [.start, .length, .offset]]' <<<"$output") == '[[1048576,1048576,8388608],[4194304,65536,9437184]]' ]]
     [[ $(jq -c '[.[] | select(.data | not) | .zero] | unique' <<<"$output") == '[true]' ]]
+    [[ $(jq '[.[] | .length] | add' <<<"$output") == 6291456 ]]
+    run qemu-img map --output=json "$img"
+    [[ $(jq -c '[.[] | .data] | unique' <<<"$output") == '[true]' ]]
 }
 
 CRAFT=$BATS_TEST_DIRNAME/vhdx-craft.py
