@@ -134,6 +134,31 @@ PY
     assert_output --partial "uses block 0, which another entry uses too"
 }
 
+@test "a \"zero\" block reads as zeroes and takes a write like a hole" {
+    local f=$TEST_DIR/z.vdi
+    qemu-img create -q -f vdi "$f" 4M
+    qemu-io -c 'write -P 1 0 4k' "$f" >/dev/null
+    vdi_poke "$f" 0x204 '<I' 0xfffffffe # block 1: discarded
+    run "$DISKIMG" map --output=json "$f"
+    assert_success
+    local ours=$output
+    run qemu-img map --output=json "$f"
+    [[ "$ours" == "$output" ]]
+    run "$DISKIMG" compare -f vdi -F vdi "$f" "$f"
+    assert_success
+    # write into the zero block through serve; qemu-img sees it, check is clean
+    start_server "$f"
+    run qemu-io -f raw -c 'write -P 3 1052672 4k' "$URI"
+    assert_success
+    stop_server
+    run qemu-io -r -f vdi -c 'read -P 3 1052672 4k' -c 'read -P 0 1M 4k' -c 'read -P 1 0 4k' "$f"
+    assert_success
+    refute_output --partial "verification failed"
+    run qemu-img check -f vdi "$f"
+    assert_success
+    [[ $(od -An -tu4 -j 0x204 -N4 "$f" | tr -d ' ') == 1 ]]
+}
+
 @test "hostile headers: a clear one-line error, fast, in 2 GiB of address space" {
     local base=$TEST_DIR/base.vdi f=$TEST_DIR/h.vdi
     qemu-img create -q -f vdi "$base" 4M
@@ -228,8 +253,9 @@ PY
     assert_success
     make_writer
     start_server -t -e 4 "$img"
-    # two clients, each with 40 writes in flight; they allocate interleaved
-    # blocks and share blocks 0..9 and 1000..1009 (different offsets)
+    # four clients, all their writes in flight at once: two allocate
+    # interleaved blocks, the third races them for blocks 0..9 (at other
+    # offsets), the fourth allocates past block 896
     writer 3 0 2 30 &
     local p1=$!
     writer 4 1 2 30 &
