@@ -99,11 +99,13 @@ static bool creator_uses_current_size(const char app[4])
     return false;
 }
 
-uint64_t vpc_footer_size(const struct vpc_footer *f)
+uint64_t vpc_footer_size(const struct vpc_footer *f, enum vpc_size_calc calc)
 {
     uint64_t chs = (uint64_t)f->cyls * f->heads * f->secs;
+    bool current = calc == VPC_SIZE_AUTO ? creator_uses_current_size(f->creator_app)
+                                         : calc == VPC_SIZE_CURRENT;
 
-    if (creator_uses_current_size(f->creator_app) || chs == VPC_MAX_GEOMETRY) {
+    if (current || chs == VPC_MAX_GEOMETRY) {
         return f->cur_size / VPC_SECTOR * VPC_SECTOR;
     }
     return chs * VPC_SECTOR;

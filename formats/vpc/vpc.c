@@ -196,17 +196,45 @@ static void vpc_free_state(struct vpc_state *s)
     pthread_mutex_destroy(&s->lock);
 }
 
+/* The key vpc takes, as qemu's vpc driver does: how to size the disk. */
+static const struct blk_opt_desc vpc_options[] = {
+    {.key = "force_size_calc", .type = BLK_OPT_STRING},
+    {NULL},
+};
+
+static int size_calc_option(const struct blk_open_opts *opts, enum vpc_size_calc *out)
+{
+    const char *v = blk_kv_get(opts->options, "force_size_calc");
+
+    *out = VPC_SIZE_AUTO;
+    if (!v) {
+        return 0;
+    }
+    if (strcmp(v, "chs") == 0) {
+        *out = VPC_SIZE_CHS;
+    } else if (strcmp(v, "current_size") == 0) {
+        *out = VPC_SIZE_CURRENT;
+    } else {
+        return blk_opt_error("vpc", "force_size_calc", "'%s' is not chs or current_size", v);
+    }
+    return 0;
+}
+
 static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct vpc_state *s = n->opaque;
     int64_t flen = blk_get_length(n->file);
+    enum vpc_size_calc calc;
     bool tail_ok;
-    int r;
+    int r = size_calc_option(opts, &calc);
 
     s->node = n;
     s->file = n->file;
     s->read_only = opts->read_only;
     pthread_mutex_init(&s->lock, NULL);
+    if (r < 0) {
+        goto fail;
+    }
     if (flen < 0) {
         r = (int)flen;
         goto fail;
@@ -216,7 +244,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
         goto fail;
     }
     s->type = (enum vpc_disk_type)s->footer.type;
-    s->size = vpc_footer_size(&s->footer);
+    s->size = vpc_footer_size(&s->footer, calc);
     if (s->size / VPC_SECTOR > VPC_MAX_SECTORS) {
         r = err_setx(EFBIG,
                      "%s: vpc: %" PRIu64 " bytes is larger than VHD images may be "
@@ -330,6 +358,7 @@ static const struct blk_driver vpc_driver = {
     .name = "vpc",
     .is_format = true,
     .state_size = sizeof(struct vpc_state),
+    .options = vpc_options,
     .probe = vpc_probe,
     .probe_tail = vpc_probe_tail,
     .child_perm = vpc_child_perm,

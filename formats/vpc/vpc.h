@@ -82,9 +82,13 @@ void vpc_chs(uint64_t sectors, uint16_t *c, uint8_t *h, uint8_t *s);
  * 2040 GiB (message set). */
 int vpc_create_geometry(uint64_t size, bool force_size, uint16_t *c, uint8_t *h, uint8_t *s,
                         uint64_t *sectors);
+/* Where the virtual size comes from: qemu's runtime option
+ * force_size_calc (chs, current_size), by default the creator's habit. */
+enum vpc_size_calc { VPC_SIZE_AUTO, VPC_SIZE_CHS, VPC_SIZE_CURRENT };
 /* The virtual size qemu reads from a footer: CHS unless the creator says
- * current_size is right or the geometry is the maximum. */
-uint64_t vpc_footer_size(const struct vpc_footer *f);
+ * current_size is right (or calc says so), or the geometry is the
+ * maximum. */
+uint64_t vpc_footer_size(const struct vpc_footer *f, enum vpc_size_calc calc);
 /* Parse a footer: 0, or -EINVAL with "what" in the message (cookie,
  * checksum).  'where' names the copy ("footer at offset N"). */
 int vpc_parse_footer(const uint8_t *buf, struct vpc_footer *f, const char *file, const char *where);

@@ -174,6 +174,26 @@ except nbd.Error as e:
     [[ $(jq -r .format <<<"$output") == raw ]]
 }
 
+@test "vpc open option force_size_calc: the size from CHS or current_size, as qemu" {
+    require_tool qemu-img nbdinfo
+    qemu-img create -q -f vpc "$TEST_DIR/a.vhd" 10M
+    "$PYTHON3" "$CRAFT" current "$TEST_DIR/a.vhd" 10485760
+    local calc opts want got
+    for calc in "" chs current_size; do
+        opts="driver=vpc,${calc:+force_size_calc=$calc,}file.filename=$TEST_DIR/a.vhd"
+        want=$(qemu-img info --output=json --image-opts "$opts" | jq '."virtual-size"')
+        rm -f "$SOCK"
+        start_server --image-opts "$opts"
+        got=$(nbdinfo --size "$URI")
+        stop_server
+        [[ $got == "$want" ]] || { echo "$calc: $got, qemu $want"; false; }
+    done
+    [[ $want == 10485760 ]]
+    run "$DISKIMG" serve -k "$SOCK" --image-opts "driver=vpc,force_size_calc=x,file.filename=$TEST_DIR/a.vhd"
+    assert_failure
+    assert_output --partial "vpc: option 'force_size_calc': 'x' is not chs or current_size"
+}
+
 @test "vpc differencing: the parent is read, found by locator or name" {
     require_tool qemu-img
     qemu-img create -q -f vpc "$TEST_DIR/base.vhd" 5M

@@ -10,6 +10,7 @@
                           b"C" * 4096; the rest reads the parent.
   chain BASE N DIR        N differencing images DIR/c1.vhd .. cN.vhd,
                           each the child of the one before, c1 of BASE
+  current IMG SIZE        set the current size in IMG's footers to SIZE
   hostile KIND IMG OUT    OUT is the dynamic VHD IMG broken one way (see
                           KINDS below), with checksums made right again
                           unless the checksum is what is broken.
@@ -169,6 +170,15 @@ def main():
             child = os.path.join(sys.argv[4], "c%d.vhd" % i)
             make_diff(parent, child, "w2ru")
             parent = child
+    elif sys.argv[1] == "current":
+        data = bytearray(open(sys.argv[2], "rb").read())
+        for at in {0, len(data) - 512}:
+            if data[at:at + 8] == b"conectix":
+                f = data[at:at + 512]
+                f[48:56] = struct.pack(">Q", int(sys.argv[3]))
+                fix_footer(f)
+                data[at:at + 512] = f
+        open(sys.argv[2], "wb").write(data)
     elif sys.argv[1] == "hostile":
         hostile(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "kinds":
