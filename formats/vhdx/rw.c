@@ -71,6 +71,18 @@ static int start_session_locked(struct vhdx_state *s)
     return s->session_started ? 0 : vhdx_update_headers_locked(s, NULL);
 }
 
+static int start_session(struct vhdx_state *s)
+{
+    int r = 0;
+
+    if (!s->session_started) {
+        pthread_mutex_lock(&s->meta_lock);
+        r = start_session_locked(s);
+        pthread_mutex_unlock(&s->meta_lock);
+    }
+    return r;
+}
+
 /* Allocate block b and write [in, in+len) of it from sub, under
  * meta_lock.  Another writer may have allocated it meanwhile: then it is
  * an overwrite. */
@@ -119,6 +131,7 @@ int vhdx_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int 
     int r = 0;
 
     (void)flags; /* no native FUA: the generic layer flushes */
+    r = start_session(s);
     while (r == 0 && pos < len) {
         uint64_t g = off + pos, b = g / s->p.block_size, in = g % s->p.block_size;
         uint64_t piece = MIN(len - pos, s->p.block_size - in);
@@ -150,6 +163,7 @@ int vhdx_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned 
     if (s->p.leave_allocated) {
         flags &= ~(unsigned)BLK_REQ_MAY_UNMAP; /* a fixed image stays allocated */
     }
+    r = start_session(s);
     while (r == 0 && pos < len) {
         uint64_t g = off + pos, b = g / s->p.block_size, in = g % s->p.block_size;
         uint64_t piece = MIN(len - pos, s->p.block_size - in);

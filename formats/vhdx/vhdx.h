@@ -118,11 +118,13 @@ struct vhdx_state {
     uint64_t file_end;    /* where the next block goes (meta_lock) */
 
     /* The log writer (meta_lock). */
-    bool session_started; /* headers carry this session's write GUIDs */
-    bool log_live;        /* header LogGuid is set: entries may need replay */
-    uint64_t log_seq;     /* sequence number of the next entry */
-    uint32_t log_pos;     /* byte offset in the log of the next entry */
-    bool log_replayed;    /* a log was replayed at open (check reports it) */
+    /* Headers carry this session's write GUIDs: set under meta_lock, read
+     * without it by writers that need not allocate. */
+    _Atomic bool session_started;
+    bool log_live;     /* header LogGuid is set: entries may need replay */
+    uint64_t log_seq;  /* sequence number of the next entry */
+    uint32_t log_pos;  /* byte offset in the log of the next entry */
+    bool log_replayed; /* a log was replayed at open (check reports it) */
 };
 
 /* ---- header.c ---- */

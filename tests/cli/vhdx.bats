@@ -270,3 +270,21 @@ os.kill($SERVER_PID, signal.SIGKILL)
     run qemu-img compare "$img" "$TEST_DIR/copy.vhdx"
     assert_success
 }
+
+@test "vhdx: convert to and from every other format diskimg writes" {
+    local src=$TEST_DIR/src.raw img=$TEST_DIR/p.vhdx fmt
+    make_pattern_raw "$src" $((5 * MiB + 1536))
+    "$DISKIMG" convert -O vhdx -o block_size=2M "$src" "$img"
+    for fmt in qcow2 vpc vdi vmdk; do
+        "$DISKIMG" create -f "$fmt" -o help "$TEST_DIR/x" 1M >/dev/null 2>&1 || continue
+        rm -f "$TEST_DIR/t.$fmt" "$TEST_DIR/u.vhdx"
+        run "$DISKIMG" convert -f vhdx -O "$fmt" "$img" "$TEST_DIR/t.$fmt"
+        assert_success
+        run qemu-img compare -f raw -F "$fmt" "$src" "$TEST_DIR/t.$fmt"
+        assert_success
+        run "$DISKIMG" convert -f "$fmt" -O vhdx "$TEST_DIR/t.$fmt" "$TEST_DIR/u.vhdx"
+        assert_success
+        run qemu-img compare -f raw -F vhdx "$src" "$TEST_DIR/u.vhdx"
+        assert_success
+    done
+}
