@@ -260,8 +260,10 @@ int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         break;
     case VPC_RUN_ZERO:
-        ext->flags = BLK_EXT_ZERO;
-        ext->depth = 0;
+        /* Held by this image, as zeroes: qemu-img map says "present" for
+         * a dynamic VHD's unallocated blocks (the format has no backing
+         * file to defer to). */
+        ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         ext->filename = NULL;
         break;
     case VPC_RUN_PARENT: {

@@ -93,6 +93,10 @@ PY
         roundtrip_read_by_diskimg vpc "subformat=fixed" "$size"
     done
     roundtrip_read_by_diskimg vpc "subformat=fixed,force_size=on" 7340032
+    # A dynamic image qemu wrote: the same map as qemu-img's.
+    qemu-img convert -f raw -O vpc "$TEST_DIR/src.raw" "$TEST_DIR/d.vhd"
+    diff <(qemu-img map --output=json -f vpc "$TEST_DIR/d.vhd") \
+        <("$DISKIMG" map --output=json "$TEST_DIR/d.vhd")
     # qemu-img map calls the whole of an allocated block data; diskimg
     # sees the holes of a fixed image's file.
     run "$DISKIMG" map --output=json "$TEST_DIR/by-qemu.vpc"
