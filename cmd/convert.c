@@ -36,7 +36,7 @@ static volatile sig_atomic_t convert_cancel;
 static void convert_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg convert [-f FMT] [-O raw|qcow2|vdi] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
+            "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
             "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
             "                       [--progress=human|json] SRC DST\n"
@@ -46,7 +46,7 @@ static void convert_usage(FILE *f)
             "are never read from SRC and not written to a DST that is known to be zero.\n"
             "\n"
             "  -f FMT            source format (default: probe)\n"
-            "  -O FMT            target format: raw (default), qcow2, vpc...\n"
+            "  -O FMT            target format: raw (default), qcow2, vpc, vmdk...\n"
             "  -o OPTIONS        target creation options; -O FMT -o help lists them\n"
             "  -c                compress the target (qcow2, vmdk) in the -m workers, so on every\n"
             "                    core; writes stay in order unless -W\n"

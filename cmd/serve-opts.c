@@ -21,7 +21,7 @@ void serve_usage(FILE *f)
         "Usage: diskimg serve [OPTIONS] IMAGE\n"
         "       diskimg serve [OPTIONS] --export=name=NAME,file=PATH[,...] ...\n"
         "\n"
-        "Export IMAGE (raw, qcow2, vpc...) over NBD until interrupted.  Without -t\n"
+        "Export IMAGE (raw, qcow2, vpc, vmdk...) over NBD until interrupted.  Without -t\n"
         "the server exits when the last client disconnects, as qemu-nbd does.\n"
         "\n"
         "Where to listen:\n"
