@@ -18,8 +18,14 @@ teardown() { cleanup_test; }
 make_foreign() {
     local f=$TEST_DIR/x.$1
     if [[ $1 == luks ]]; then
-        qemu-img create -q -f luks --object secret,id=s0,data=pw -o key-secret=s0,iter-time=10 \
-            "$f" 1M
+        # qemu-img times its key derivation, and on a busy machine it may
+        # fail to ("Unable to get accurate CPU usage"): try again
+        local try
+        for try in 1 2 3 4; do
+            qemu-img create -q -f luks --object secret,id=s0,data=pw \
+                -o key-secret=s0,iter-time=10 "$f" 1M && return 0
+        done
+        return 1
     else
         qemu-img create -q -f "$1" "$f" 1M
     fi
