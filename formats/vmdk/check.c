@@ -59,6 +59,12 @@ int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
         }
     }
     info->cluster_size = same ? grain : 0;
+    /* The descriptor's extents take space too (qemu-img adds them up). */
+    for (unsigned i = 0; i < s->n_extents && info->actual_size >= 0; i++) {
+        struct blk_node *f = s->extents[i].own_file ? s->extents[i].file : NULL;
+        int64_t a = f && f->drv->allocated_size ? f->drv->allocated_size(f) : 0;
+        info->actual_size = a >= 0 ? info->actual_size + a : -1;
+    }
     if (s->desc.parent_hint && s->desc.parent_cid != UINT32_MAX) {
         info->backing_file = strdup(s->desc.parent_hint);
     }

@@ -270,6 +270,15 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     if (r == 0) {
         r = blk_pwrite(file, 0, hdr, sizeof hdr, 0);
     }
+    if (r == 0 && stream) {
+        /* An empty stream ends as every stream does: footer marker, footer,
+         * end-of-stream marker (the first grain written goes over them). */
+        uint8_t tail[3 * VMDK_SECTOR] = {0};
+        put_le64(tail, 1);
+        put_le32(tail + 12, VMDK_MARKER_FOOTER);
+        memcpy(tail + VMDK_SECTOR, hdr, sizeof hdr);
+        r = blk_pwrite(file, overhead * VMDK_SECTOR, tail, sizeof tail, 0);
+    }
     if (r < 0) {
         return r;
     }
