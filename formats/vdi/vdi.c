@@ -170,7 +170,6 @@ static int vdi_open(struct blk_node *n, const struct blk_open_opts *opts)
     }
     s->node = n;
     s->file = n->file;
-    s->read_only = opts->read_only;
     pthread_mutex_init(&s->alloc_lock, NULL);
     if (file_len < VDI_SECTOR) {
         r = err_setx(EINVAL, "%s: vdi: the file (%" PRId64 " bytes) is too short for a header",

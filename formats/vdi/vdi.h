@@ -107,7 +107,6 @@ struct vdi_state {
     uint64_t size;   /* virtual size: disk_size rounded up to a sector */
     uint64_t stride; /* bytes per stored block: block_extra + block size */
     uint32_t *map;   /* host order; read with vdi_entry() */
-    bool read_only;
     pthread_mutex_t alloc_lock;
     /* Under alloc_lock: the file's first bytes (the header sector, and the
      * map entries that share its page, as stored), and the file's end. */
