@@ -657,6 +657,11 @@ static int write_step(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off,
         pthread_cond_wait(&e->alloc_done, &s->lock);
     }
     r = vmdk_sparse_map_locked(e, off, len, &m);
+    if (r == 0 && m.kind == VMDK_MAP_DATA && m.host < MAX(e->overhead, VMDK_HEADER_SIZE)) {
+        /* A hostile table must not turn guest writes into header writes. */
+        r = extent_error(e, EIO, "grain %" PRIu64 " points into the metadata (at %" PRIu64 ")",
+                         grain, m.host);
+    }
     if (r < 0 || m.kind == VMDK_MAP_DATA) {
         pthread_mutex_unlock(&s->lock);
         if (r == 0) {
@@ -737,6 +742,9 @@ int vmdk_sparse_zero(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off, 
             m.kind = VMDK_MAP_ZERO;
         }
         pthread_mutex_unlock(&s->lock);
+        if (r == 0 && m.kind == VMDK_MAP_DATA && m.host < MAX(e->overhead, VMDK_HEADER_SIZE)) {
+            r = extent_error(e, EIO, "grain at %" PRIu64 " points into the metadata", m.host);
+        }
         if (r == 0 && m.kind == VMDK_MAP_DATA) {
             r = blk_pwrite_zeroes(e->file, m.host, m.bytes, 0);
         }

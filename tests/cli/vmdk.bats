@@ -321,4 +321,12 @@ PY
         [[ ${lines[-1]} == rc=1 ]] || { echo "$f: $output"; false; }
         [[ ${#lines[@]} == 2 && ${lines[0]} == "diskimg: "*"$f"* ]] || { echo "$f: $output"; false; }
     done
+    # a grain table entry pointing into the header: writes there are refused
+    cp good.vmdk meta.vmdk
+    printf '\x01\x00\x00\x00' | dd of=meta.vmdk bs=1 seek=$((31 * 512)) conv=notrunc 2>/dev/null
+    head -c 65536 /dev/urandom >data.raw
+    run "$DISKIMG" convert -n -f raw -O vmdk data.raw meta.vmdk
+    assert_failure 1
+    assert_output --partial "points into the metadata"
+    cmp <(head -c 512 good.vmdk) <(head -c 512 meta.vmdk)
 }
