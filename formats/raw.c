@@ -272,6 +272,33 @@ static int raw_truncate(struct blk_node *n, uint64_t len)
         return err_setx(ENOTSUP, "%s: cannot resize a raw image with an offset or size",
                         n->filename);
     }
+    if (s->probed) {
+        /* Shrinking brings guest bytes to the end of the file, where a
+         * trailer (a fixed VHD's footer) is probed. */
+        int64_t flen = blk_get_length(n->file);
+        if (flen < 0) {
+            return (int)flen;
+        }
+        if (len < (uint64_t)flen && len >= BLK_PROBE_BYTES) {
+            uint8_t head[BLK_PROBE_BYTES] = {0}, tail[BLK_PROBE_BYTES];
+            int r = blk_pread(n->file, 0, head, sizeof head);
+            if (r == 0) {
+                r = blk_pread(n->file, len - sizeof tail, tail, sizeof tail);
+            }
+            if (r < 0) {
+                return r;
+            }
+            const struct blk_driver *d =
+                blk_probe_format_tail(head, sizeof head, tail, sizeof tail, NULL);
+            if (d != n->drv) {
+                return err_setx(EPERM,
+                                "%s: refusing to shrink this probed raw image to where its last "
+                                "sector looks like %s (name the format raw explicitly to allow "
+                                "it)",
+                                n->filename, d ? d->name : "two formats at once");
+            }
+        }
+    }
     return blk_truncate(n->file, len);
 }
 

@@ -160,7 +160,8 @@ PY
     # A probed raw image: a client may not write a fixed footer into its
     # last sector (it would open as a VHD next time), elsewhere it may.
     truncate -s 1M "$TEST_DIR/r.img"
-    tail -c 512 "$TEST_DIR/f.vhd" >"$TEST_DIR/footer"
+    qemu-img create -q -f vpc -o subformat=fixed,force_size=on "$TEST_DIR/64k.vhd" 64K
+    tail -c 512 "$TEST_DIR/64k.vhd" >"$TEST_DIR/footer"
     start_server "$TEST_DIR/r.img"
     PATH="$(dirname "$PYTHON3"):$PATH" run nbdsh -u "$URI" -c "
 f = open('$TEST_DIR/footer', 'rb').read()
@@ -176,6 +177,15 @@ except nbd.Error as e:
     grep -q 'look like vpc' "$SERVER_LOG"
     run "$DISKIMG" info --output=json "$TEST_DIR/r.img"
     [[ $(jq -r .format <<<"$output") == raw ]]
+    # Nor may shrinking a probed raw image bring that footer to its end.
+    run "$DISKIMG" resize --shrink "$TEST_DIR/r.img" $((65536 + 512))
+    assert_failure
+    assert_output --partial "refusing to shrink this probed raw image"
+    [[ $(stat -c %s "$TEST_DIR/r.img") -eq 1048576 ]]
+    run "$DISKIMG" resize --shrink -f raw "$TEST_DIR/r.img" $((65536 + 512))
+    assert_success
+    run "$DISKIMG" info --output=json "$TEST_DIR/r.img"
+    [[ $(jq -r .format <<<"$output") == vpc ]]
 }
 
 @test "vpc open option force_size_calc: the size from CHS or current_size, as qemu" {
