@@ -105,8 +105,8 @@ static int cached_bitmap_locked(struct vpc_state *s, uint32_t i, struct vpc_bm_c
     return r;
 }
 
-/* The run of guest bytes from off (at most len, inside one block) that
- * reads from one place. */
+/* The run of guest bytes from off (at most len, inside one block unless
+ * the blocks are unallocated) that reads from one place. */
 static int vpc_map(struct vpc_state *s, uint64_t off, uint64_t len, struct vpc_run *run,
                    struct vpc_bm_cache *c)
 {
@@ -124,7 +124,15 @@ static int vpc_map(struct vpc_state *s, uint64_t off, uint64_t len, struct vpc_r
     uint32_t entry = s->bat[i];
     uint64_t host = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
     if (entry == VPC_BAT_UNALLOCATED) {
-        *run = (struct vpc_run){diff ? VPC_RUN_PARENT : VPC_RUN_ZERO, chunk, 0};
+        /* The blocks after it that are unallocated too, in one run: a
+         * map of a large empty image is then one extent, not one per
+         * block. */
+        uint64_t bytes = chunk;
+        for (uint32_t j = i + 1; bytes < len && j < s->n_blocks && s->bat[j] == VPC_BAT_UNALLOCATED;
+             j++) {
+            bytes += MIN((uint64_t)s->block_size, len - bytes);
+        }
+        *run = (struct vpc_run){diff ? VPC_RUN_PARENT : VPC_RUN_ZERO, bytes, 0};
     } else if (s->bm_state[i] == VPC_BM_FULL) {
         *run = (struct vpc_run){VPC_RUN_DATA, chunk, host};
     } else if ((r = cached_bitmap_locked(s, i, c)) == 0) {
