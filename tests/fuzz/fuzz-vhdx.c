@@ -5,7 +5,9 @@
  * file but a sparse description of it, which keeps seeds to a few KiB and
  * puts the fuzzer's mutations on the bytes that matter:
  *
- *   u32 LE   file size in 64 KiB units (at most 256: 16 MiB)
+ *   u32 LE   file size in 64 KiB units (at most 256: 16 MiB); bit 31 set:
+ *            recompute the checksums of both headers and region tables
+ *            once the file is built, so that mutations reach past them
  *   then records: u32 LE offset, u16 LE length, length bytes
  *
  * (make-vhdx-seeds.py turns an image into this form).  The file is built
@@ -29,6 +31,8 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "common/bytes.h"
+#include "common/crc32c.h"
 #include "common/error.h"
 
 #define MAX_READ (1u << 20)
@@ -53,6 +57,20 @@ static void must(int ok, const char *what)
     }
 }
 
+/* Give the checksummed structure of len bytes at off in fd a good
+ * checksum (at 4, computed with the field as zero). */
+static void fix_checksum(int fd, off_t off, size_t len)
+{
+    static uint8_t s[64 * 1024];
+
+    if (pread(fd, s, len, off) != (ssize_t)len) {
+        return; /* past the end of a short file */
+    }
+    memset(s + 4, 0, 4);
+    put_le32(s + 4, crc32c(s, len));
+    must(pwrite(fd, s, len, off) == (ssize_t)len, "pwrite");
+}
+
 /* Build the file the input describes in one memfd, reused for every
  * input; false when the input is too short to describe one. */
 static bool input_file(const uint8_t *data, size_t size, char *path, size_t pathlen)
@@ -66,7 +84,7 @@ static bool input_file(const uint8_t *data, size_t size, char *path, size_t path
         fd = memfd_create("fuzz-vhdx", MFD_CLOEXEC);
         must(fd >= 0, "memfd_create");
     }
-    uint64_t fsize = (uint64_t)le32(data) * 65536;
+    uint64_t fsize = (uint64_t)(le32(data) & 0x7fffffffu) * 65536;
     if (fsize > MAX_FILE) {
         fsize = MAX_FILE;
     }
@@ -83,6 +101,12 @@ static bool input_file(const uint8_t *data, size_t size, char *path, size_t path
             must(pwrite(fd, data + pos, n, (off_t)off) == (ssize_t)n, "pwrite");
         }
         pos += len;
+    }
+    if (le32(data) & 0x80000000u) {
+        fix_checksum(fd, 64 * 1024, 4096);
+        fix_checksum(fd, 128 * 1024, 4096);
+        fix_checksum(fd, 192 * 1024, 65536);
+        fix_checksum(fd, 256 * 1024, 65536);
     }
     snprintf(path, pathlen, "/proc/self/fd/%d", fd);
     return true;
