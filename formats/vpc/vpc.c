@@ -194,6 +194,7 @@ static void vpc_free_state(struct vpc_state *s)
     free(s->parent_name);
     free(s->parent_path);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->flush_lock);
 }
 
 /* The key vpc takes, as qemu's vpc driver does: how to size the disk. */
@@ -232,6 +233,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->file = n->file;
     s->read_only = opts->read_only;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->flush_lock, NULL);
     if (r < 0) {
         goto fail;
     }
@@ -300,11 +302,9 @@ static void vpc_close(struct blk_node *n)
     struct vpc_state *s = n->opaque;
 
     if (!s->read_only && s->type != VPC_FIXED) {
-        pthread_mutex_lock(&s->lock);
-        if (vpc_write_back_bat_locked(s) < 0 || blk_flush(s->file) < 0) {
+        if (vpc_write_back_bat(s) < 0 || blk_flush(s->file) < 0) {
             log_error("vpc: %s: writing the BAT at close: %s", n->filename, err_msg());
         }
-        pthread_mutex_unlock(&s->lock);
     }
     vpc_free_state(s);
 }

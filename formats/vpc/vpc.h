@@ -129,6 +129,9 @@ struct vpc_state {
     bool any_dirty;
     uint64_t free_off;    /* where the next block starts (the trailing footer's place) */
     pthread_mutex_t lock; /* bat, bm_state, bat_dirty, free_off and bitmap updates */
+    /* Held through a BAT write-back, so that two cannot overtake each
+     * other with older copies of a sector; taken before lock. */
+    pthread_mutex_t flush_lock;
 
     /* Differencing. */
     char *parent_name; /* as the image records it (UTF-8), for info */
@@ -153,7 +156,9 @@ int vpc_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 int vpc_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int vpc_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int vpc_flush(struct blk_node *n);
-int vpc_write_back_bat_locked(struct vpc_state *s);
+/* Write the changed BAT sectors, after flushing the file: takes
+ * flush_lock, and s->lock only to copy them. */
+int vpc_write_back_bat(struct vpc_state *s);
 
 /* create.c */
 int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);

@@ -224,52 +224,75 @@ int vpc_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags)
     return vpc_pwrite_zeroes(n, off, len, BLK_REQ_MAY_UNMAP);
 }
 
-int vpc_write_back_bat_locked(struct vpc_state *s)
+/* Put the BAT sectors in buf and their numbers in secs (n of them). */
+static void copy_dirty_locked(struct vpc_state *s, uint8_t *buf, uint64_t *secs, size_t *n)
 {
     uint64_t bat_bytes = (uint64_t)s->n_blocks * 4;
-    CLEANUP_FREE uint8_t *buf = NULL;
-    int r;
 
-    if (!s->any_dirty) {
-        return 0;
-    }
-    /* The data the new entries point at first, then the entries. */
-    r = blk_flush(s->file);
-    if (r < 0) {
-        return r;
-    }
-    buf = malloc(VPC_SECTOR);
-    if (!buf) {
-        return err_set(ENOMEM, "vpc: BAT sector");
-    }
+    *n = 0;
     for (uint64_t sec = 0; sec * VPC_SECTOR < bat_bytes; sec++) {
         if (!s->bat_dirty[sec]) {
             continue;
         }
         uint64_t from = sec * VPC_SECTOR, to = MIN(from + VPC_SECTOR, bat_bytes);
         for (uint64_t e = from / 4; e < to / 4; e++) {
-            put_be32(buf + (e * 4 - from), s->bat[e]);
+            put_be32(buf + *n * VPC_SECTOR + (e * 4 - from), s->bat[e]);
         }
-        r = blk_pwrite(s->file, s->bat_offset + from, buf, to - from, 0);
-        if (r < 0) {
-            return r;
-        }
+        secs[(*n)++] = sec;
         s->bat_dirty[sec] = 0;
     }
     s->any_dirty = false;
-    return 0;
+}
+
+int vpc_write_back_bat(struct vpc_state *s)
+{
+    uint64_t bat_bytes = (uint64_t)s->n_blocks * 4;
+    size_t n = 0;
+    int r = 0;
+
+    pthread_mutex_lock(&s->flush_lock);
+    pthread_mutex_lock(&s->lock);
+    if (!s->any_dirty) {
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&s->flush_lock);
+        return 0;
+    }
+    size_t max = ROUND_UP(bat_bytes, VPC_SECTOR) / VPC_SECTOR;
+    CLEANUP_FREE uint8_t *buf = malloc(max * VPC_SECTOR);
+    CLEANUP_FREE uint64_t *secs = malloc(max * sizeof *secs);
+    if (!buf || !secs) {
+        r = err_set(ENOMEM, "vpc: BAT write-back");
+    } else {
+        copy_dirty_locked(s, buf, secs, &n);
+    }
+    pthread_mutex_unlock(&s->lock);
+    /* The data the new entries point at first, then the entries. */
+    if (r == 0) {
+        r = blk_flush(s->file);
+    }
+    for (size_t k = 0; r == 0 && k < n; k++) {
+        uint64_t from = secs[k] * VPC_SECTOR;
+        r = blk_pwrite(s->file, s->bat_offset + from, buf + k * VPC_SECTOR,
+                       MIN((uint64_t)VPC_SECTOR, bat_bytes - from), 0);
+    }
+    if (r < 0 && n) {
+        pthread_mutex_lock(&s->lock); /* written again at the next flush */
+        for (size_t k = 0; k < n; k++) {
+            s->bat_dirty[secs[k]] = 1;
+        }
+        s->any_dirty = true;
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->flush_lock);
+    return r;
 }
 
 int vpc_flush(struct blk_node *n)
 {
     struct vpc_state *s = n->opaque;
-    int r;
 
     if (s->read_only || s->type == VPC_FIXED) {
         return 0;
     }
-    pthread_mutex_lock(&s->lock);
-    r = vpc_write_back_bat_locked(s);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    return vpc_write_back_bat(s);
 }
