@@ -110,6 +110,11 @@ MiB=1048576
     [[ $(jq '[.[] | .length] | add' <<<"$output") == 6291456 ]]
     run qemu-img map --output=json "$img"
     [[ $(jq -c '[.[] | .data] | unique' <<<"$output") == '[true]' ]]
+    # no resize, as qemu-img 7.2 ("Image format driver does not support resize")
+    run --separate-stderr "$DISKIMG" resize "$img" 8M
+    assert_failure 1
+    [[ $stderr == *"vhdx: this format does not support resizing"* ]]
+    [[ $(qemu-img info --output=json "$img" | jq '."virtual-size"') == 6291456 ]]
 }
 
 CRAFT=$BATS_TEST_DIRNAME/vhdx-craft.py
