@@ -17,7 +17,7 @@ static void create_usage(FILE *f)
                "\n"
                "Create a new image FILE (replacing an existing file).\n"
                "\n"
-               "  -f, --format=FMT     raw (default), qcow2, vpc, vmdk: diskimg-formats(7)\n"
+               "  -f, --format=FMT     raw (default), qcow2, vpc, vmdk, vhdx: diskimg-formats(7)\n"
                "  -o OPTIONS           format options, key=value,...; -o help lists them\n"
                "  -b BACKING           backing file (qcow2); SIZE defaults to its size\n"
                "  -F FMT               format of the backing file (probed if not given)\n"
