@@ -6,6 +6,8 @@ or log.  Checksums are recomputed unless the point is a bad one.
 
     vhdx-craft.py IMG dirty BLOCK HOST BYTE   block BLOCK -> HOST (MiB aligned),
                                               1 MiB of BYTE there, via the log
+    vhdx-craft.py IMG dirtywrap BLOCK HOST BYTE   the same with the entry wrapping
+                                              around the end of the ring
     vhdx-craft.py IMG badheaders              both header checksums wrong
     vhdx-craft.py IMG regions COUNT           region table entry count
     vhdx-craft.py IMG hugebat                 64 TiB disk, 4 GiB BAT region at 16 MiB
@@ -112,6 +114,20 @@ def main():
             size = os.fstat(f.fileno()).st_size
             sec, at = bat_sector_with(f, block, host | 6)
             write(f, LOG, log_entry(guid, 5, 0, [("data", at, sec)], size, size))
+            set_log_guid(f, guid)
+        elif op == "dirtywrap":
+            # two BAT sectors (one of them unchanged) so the entry is one
+            # descriptor sector and two data sectors, starting at the last
+            # sector of the ring: its data sectors are at 0 and 4096
+            block, host, byte = int(args[0]), int(args[1]), int(args[2], 0)
+            write(f, host, bytes([byte]) * MiB)
+            size = os.fstat(f.fileno()).st_size
+            sec, at = bat_sector_with(f, block, host | 6)
+            other = read(f, at + 4096, 4096)
+            e = log_entry(guid, 9, MiB - 4096, [("data", at, sec), ("data", at + 4096, other)],
+                          size, size)
+            write(f, LOG + MiB - 4096, e[:4096])
+            write(f, LOG, e[4096:])
             set_log_guid(f, guid)
         elif op == "badheaders":
             for off in (64 * 1024, 128 * 1024):

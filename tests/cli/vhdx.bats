@@ -158,6 +158,19 @@ base_image() {
     refute_output --partial "fail"
     run qemu-img check "$img"
     assert_success
+    # an entry that wraps around the end of the ring, replayed by both
+    base_image "$img"
+    "$PYTHON3" "$CRAFT" "$img" dirtywrap 2 $((9 * MiB)) 0x6b
+    cp "$img" "$TEST_DIR/by-qemu.vhdx"
+    run "$DISKIMG" check -r all "$img"
+    assert_success
+    assert_output --partial "1 corruptions"
+    run qemu-img check -r all "$TEST_DIR/by-qemu.vhdx"
+    assert_output --partial "1 corruptions"
+    run qemu-io -c 'read -P 0x6b 2M 1M' -c 'read -P 0 1M 1M' "$img"
+    refute_output --partial "fail"
+    run qemu-img compare "$img" "$TEST_DIR/by-qemu.vhdx"
+    assert_success
 }
 
 @test "vhdx: hostile images end in a clear error, in bounded time and memory" {
