@@ -79,7 +79,8 @@ static int open_descriptor_file(struct vmdk_state *s, const struct blk_open_opts
                         "%s: vmdk: createType \"%s\" is not supported in a descriptor file",
                         n->filename, t ? t : "?");
     }
-    if (!opts->read_only) {
+    if (!opts->read_only && !opts->for_check) {
+        /* (check -r opens read-write, and then says it cannot repair vmdk) */
         CLEANUP_FREE char *t = str_escape(s->desc.create_type);
         return err_setx(EROFS, "%s: vmdk: %s images are read-only in diskimg", n->filename,
                         t ? t : "?");
@@ -438,7 +439,9 @@ static int vmdk_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
         return err_setx(EIO, "%s: vmdk: no extent at %" PRIu64, n->filename, off);
     }
     uint64_t rel = off - e->start;
-    len = MIN(len, e->length - rel);
+    /* At most 1 GiB per answer: a caller that asks again from where this
+     * one ends (convert's claims) then walks each grain table once. */
+    len = MIN(MIN(len, e->length - rel), (uint64_t)1 << 30);
     ext->depth = 1;
     ext->filename = e->file ? e->file->filename : NULL;
     switch (e->type) {

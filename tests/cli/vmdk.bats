@@ -59,6 +59,8 @@ EVEN=$((4 * 1048576))
 
 @test "vmdk: monolithicFlat and twoGbMaxExtent* written by qemu-img are read" {
     roundtrip_read_by_diskimg vmdk "subformat=monolithicFlat" "$ODD"
+    run "$DISKIMG" check -r all "$TEST_DIR/by-qemu.vmdk"
+    assert_failure 63
     roundtrip_read_by_diskimg vmdk "subformat=twoGbMaxExtentSparse" "$ODD"
     # Several extents, sparse and flat, in one descriptor (qemu splits at
     # 2 GiB, too big for a test): data written by qemu-io must read the same.
