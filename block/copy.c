@@ -30,6 +30,10 @@ struct copy {
     uint64_t size;
     uint64_t buffer;
     uint64_t cluster; /* compression unit */
+    /* Room for one compressed cluster: the cluster, or for a target
+     * that takes only compressed clusters (whatever deflate makes of
+     * incompressible data) a little more. */
+    uint64_t slot;
     pthread_mutex_t lock;
     pthread_cond_t turn;
     uint64_t next_claim; /* under lock */
@@ -211,7 +215,7 @@ static int compress_claim(struct copy *c, const struct claim *cl, struct worker_
             w->clen[i] = CLUSTER_ZERO;
             continue;
         }
-        r = blk_image_compress(c->dst, in, n, w->out + i * c->cluster, c->cluster, &w->clen[i]);
+        r = blk_image_compress(c->dst, in, n, w->out + i * c->slot, c->slot, &w->clen[i]);
         if (r == -ENOSPC) {
             w->clen[i] = CLUSTER_RAW;
         } else if (r < 0) {
@@ -232,7 +236,7 @@ static int write_compressed(struct copy *c, const struct claim *cl, const struct
         } else if (w->clen[i] == CLUSTER_RAW) {
             r = blk_image_pwrite(c->dst, off, w->data + pos, n, 0);
         } else {
-            r = blk_image_pwrite_compressed(c->dst, off, n, w->out + i * c->cluster, w->clen[i]);
+            r = blk_image_pwrite_compressed(c->dst, off, n, w->out + i * c->slot, w->clen[i]);
         }
         if (r < 0) {
             return r;
@@ -289,7 +293,7 @@ static void *copy_worker(void *arg)
     void *data = NULL;
 
     if (posix_memalign(&data, 4096, c->buffer) != 0 ||
-        (c->o->compress && (!(w.out = malloc(c->buffer)) ||
+        (c->o->compress && (!(w.out = malloc(c->buffer / c->cluster * c->slot)) ||
                             !(w.clen = calloc(c->buffer / c->cluster, sizeof *w.clen))))) {
         free(data);
         free(w.out);
@@ -352,6 +356,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
                             "compression needs a target format with clusters (qcow2, vmdk)");
         }
         c.buffer = MAX(ROUND_DOWN(c.buffer, c.cluster), c.cluster);
+        c.slot = blk_image_compressed_only(dst) ? c.cluster + c.cluster / 8 + 1024 : c.cluster;
     }
     if (posix_memalign(&zeroes, 4096, c.buffer) != 0) {
         return err_set(ENOMEM, "copy buffer");
