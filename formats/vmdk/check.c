@@ -65,8 +65,13 @@ int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
         int64_t a = f && f->drv->allocated_size ? f->drv->allocated_size(f) : 0;
         info->actual_size = a >= 0 ? info->actual_size + a : -1;
     }
-    if (s->desc.parent_hint && s->desc.parent_cid != UINT32_MAX) {
+    if (vmdk_has_parent(s)) {
         info->backing_file = strdup(s->desc.parent_hint);
+        info->backing_format = strdup("vmdk"); /* qemu opens a parent as vmdk */
+        if (vmdk_parent_path(s, &info->full_backing_file) < 0) {
+            info->full_backing_file = strdup(s->desc.parent_hint);
+            err_clear();
+        }
     }
     field(info, (struct blk_info_field){"cid", "cid", BLK_INFO_INT, .i = s->desc.cid});
     field(info, (struct blk_info_field){"parent-cid", "parent cid", BLK_INFO_INT,

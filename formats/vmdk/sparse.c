@@ -13,7 +13,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "common/bytes.h"
 #include "common/cleanup.h"
@@ -27,9 +26,7 @@
 /* The grain directory may not claim more entries than qemu allows. */
 #define VMDK_MAX_GD_ENTRIES (32u << 20)
 
-static int extent_error(const struct vmdk_extent *e, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int extent_error(const struct vmdk_extent *e, int err, const char *fmt, ...)
+int vmdk_extent_error(const struct vmdk_extent *e, int err, const char *fmt, ...)
 {
     char reason[200];
     va_list ap;
@@ -74,7 +71,8 @@ static int read_footer(struct vmdk_extent *e, struct sparse_header *h)
     int r;
 
     if (e->file_len < 4 * VMDK_SECTOR) {
-        return extent_error(e, EINVAL, "the stream has no footer (%" PRIu64 " bytes)", e->file_len);
+        return vmdk_extent_error(e, EINVAL, "the stream has no footer (%" PRIu64 " bytes)",
+                                 e->file_len);
     }
     r = blk_pread(e->file, e->file_len - sizeof b, b, sizeof b);
     if (r < 0) {
@@ -84,11 +82,12 @@ static int read_footer(struct vmdk_extent *e, struct sparse_header *h)
     if (get_le32(fm + 8) != 0 || get_le32(fm + 12) != VMDK_MARKER_FOOTER ||
         memcmp(footer, VMDK4_MAGIC, 4) != 0 || get_le64(eos) != 0 || get_le32(eos + 8) != 0 ||
         get_le32(eos + 12) != VMDK_MARKER_EOS) {
-        return extent_error(e, EINVAL, "the stream's footer or end-of-stream marker is missing");
+        return vmdk_extent_error(e, EINVAL,
+                                 "the stream's footer or end-of-stream marker is missing");
     }
     header_decode(footer, h);
     if (h->gd == VMDK_GD_AT_END) {
-        return extent_error(e, EINVAL, "the footer has no grain directory");
+        return vmdk_extent_error(e, EINVAL, "the footer has no grain directory");
     }
     return 0;
 }
@@ -96,28 +95,30 @@ static int read_footer(struct vmdk_extent *e, struct sparse_header *h)
 static int header_check(struct vmdk_extent *e, const struct sparse_header *h)
 {
     if (h->version < 1 || h->version > 3) {
-        return extent_error(e, ENOTSUP, "version %u is not supported", h->version);
+        return vmdk_extent_error(e, ENOTSUP, "version %u is not supported", h->version);
     }
     if (h->gtes == 0 || h->gtes > VMDK_MAX_GTES) {
-        return extent_error(e, EINVAL, "%u entries per grain table (at most 512)", h->gtes);
+        return vmdk_extent_error(e, EINVAL, "%u entries per grain table (at most 512)", h->gtes);
     }
     if (h->grain == 0 || h->grain > VMDK_MAX_GRAIN_SECTORS) {
-        return extent_error(e, EINVAL, "grain size of %" PRIu64 " sectors", h->grain);
+        return vmdk_extent_error(e, EINVAL, "grain size of %" PRIu64 " sectors", h->grain);
     }
     if (h->capacity > (UINT64_C(1) << 53)) {
-        return extent_error(e, EFBIG, "capacity of %" PRIu64 " sectors is too large", h->capacity);
+        return vmdk_extent_error(e, EFBIG, "capacity of %" PRIu64 " sectors is too large",
+                                 h->capacity);
     }
     if ((h->flags & VMDK_FLAG_COMPRESS) && h->compress != 1) {
-        return extent_error(e, ENOTSUP, "compression algorithm %u is not deflate", h->compress);
+        return vmdk_extent_error(e, ENOTSUP, "compression algorithm %u is not deflate",
+                                 h->compress);
     }
     if (h->overhead > e->file_len / VMDK_SECTOR) {
-        return extent_error(e, EINVAL, "the file is truncated (overhead of %" PRIu64 " sectors)",
-                            h->overhead);
+        return vmdk_extent_error(
+            e, EINVAL, "the file is truncated (overhead of %" PRIu64 " sectors)", h->overhead);
     }
     if (h->desc_off &&
         (h->desc_len > VMDK_MAX_DESC / VMDK_SECTOR || h->desc_off > e->file_len / VMDK_SECTOR)) {
-        return extent_error(e, EINVAL, "the embedded descriptor at sector %" PRIu64 " is invalid",
-                            h->desc_off);
+        return vmdk_extent_error(
+            e, EINVAL, "the embedded descriptor at sector %" PRIu64 " is invalid", h->desc_off);
     }
     return 0;
 }
@@ -129,9 +130,9 @@ static int read_gd(struct vmdk_extent *e, uint64_t off, uint32_t **out, const ch
     int r;
 
     if (off == 0 || off > e->file_len || bytes > e->file_len - off) {
-        return extent_error(e, EINVAL,
-                            "the %s (%u entries at %" PRIu64 ") is past the end of the file", which,
-                            e->gd_n, off);
+        return vmdk_extent_error(e, EINVAL,
+                                 "the %s (%u entries at %" PRIu64 ") is past the end of the file",
+                                 which, e->gd_n, off);
     }
     uint8_t *raw = malloc(bytes ? bytes : 1);
     *out = calloc(e->gd_n ? e->gd_n : 1, sizeof **out);
@@ -159,18 +160,18 @@ int vmdk_sparse_open(struct vmdk_extent *e, bool writable)
     }
     e->file_len = (uint64_t)flen;
     if (e->file_len < VMDK_HEADER_SIZE) {
-        return extent_error(e, EINVAL, "the file is too short for a sparse header (%" PRIu64 ")",
-                            e->file_len);
+        return vmdk_extent_error(
+            e, EINVAL, "the file is too short for a sparse header (%" PRIu64 ")", e->file_len);
     }
     r = blk_pread(e->file, 0, b, sizeof b);
     if (r < 0) {
         return r;
     }
     if (memcmp(b, "COWD", 4) == 0) {
-        return extent_error(e, ENOTSUP, "VMFS sparse (COWD) extents are not supported");
+        return vmdk_extent_error(e, ENOTSUP, "VMFS sparse (COWD) extents are not supported");
     }
     if (memcmp(b, VMDK4_MAGIC, 4) != 0) {
-        return extent_error(e, EINVAL, "the extent has no sparse header");
+        return vmdk_extent_error(e, EINVAL, "the extent has no sparse header");
     }
     header_decode(b, &h);
     if (h.gd == VMDK_GD_AT_END && (h.flags & VMDK_FLAG_COMPRESS)) {
@@ -182,8 +183,8 @@ int vmdk_sparse_open(struct vmdk_extent *e, bool writable)
         h.desc_off = desc_off;
         h.desc_len = desc_len;
         if (writable) {
-            return extent_error(e, EROFS,
-                                "a stream with its grain directory at the end is read-only");
+            return vmdk_extent_error(e, EROFS,
+                                     "a stream with its grain directory at the end is read-only");
         }
     }
     r = header_check(e, &h);
@@ -191,7 +192,7 @@ int vmdk_sparse_open(struct vmdk_extent *e, bool writable)
         return r;
     }
     if (h.version == 3 && !(h.flags & VMDK_FLAG_COMPRESS) && writable) {
-        return extent_error(e, EROFS, "VMDK version 3 without compression is read-only");
+        return vmdk_extent_error(e, EROFS, "VMDK version 3 without compression is read-only");
     }
     e->version = h.version;
     e->flags = h.flags;
@@ -210,11 +211,12 @@ int vmdk_sparse_open(struct vmdk_extent *e, bool writable)
     uint64_t grains = (sectors + h.grain - 1) / h.grain;
     uint64_t gd_n = (grains + h.gtes - 1) / h.gtes;
     if (gd_n > VMDK_MAX_GD_ENTRIES) {
-        return extent_error(e, EFBIG, "the grain directory would have %" PRIu64 " entries", gd_n);
+        return vmdk_extent_error(e, EFBIG, "the grain directory would have %" PRIu64 " entries",
+                                 gd_n);
     }
     e->gd_n = (uint32_t)gd_n;
     if (h.gd > UINT64_MAX / VMDK_SECTOR || h.rgd > UINT64_MAX / VMDK_SECTOR) {
-        return extent_error(e, EINVAL, "grain directory at sector %" PRIu64, h.gd);
+        return vmdk_extent_error(e, EINVAL, "grain directory at sector %" PRIu64, h.gd);
     }
     e->gd_off = h.gd * VMDK_SECTOR;
     r = read_gd(e, e->gd_off, &e->gd, "grain directory");
@@ -288,8 +290,8 @@ static int load_gt_locked(struct vmdk_extent *e, uint32_t gdi, uint32_t **out)
         return 0;
     }
     if (off > e->file_len || bytes > e->file_len - off) {
-        return extent_error(e, EINVAL, "grain table %u (sector %u) is past the end of the file",
-                            gdi, e->gd[gdi]);
+        return vmdk_extent_error(
+            e, EINVAL, "grain table %u (sector %u) is past the end of the file", gdi, e->gd[gdi]);
     }
     if (e->cache.loaded >= VMDK_MAX_CACHED) {
         if (e->cache.n_dirty >= VMDK_MAX_CACHED / 2) {
@@ -343,10 +345,11 @@ int vmdk_sparse_set_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t v
     int r;
 
     if (gdi >= e->gd_n || e->gd[gdi] == 0) {
-        return extent_error(e, ENOTSUP,
-                            "grain table %" PRIu64 " is not allocated, and diskimg (like qemu) "
-                            "does not add grain tables",
-                            gdi);
+        return vmdk_extent_error(e, ENOTSUP,
+                                 "grain table %" PRIu64
+                                 " is not allocated, and diskimg (like qemu) "
+                                 "does not add grain tables",
+                                 gdi);
     }
     r = load_gt_locked(e, (uint32_t)gdi, &gt);
     if (r < 0) {
@@ -459,131 +462,6 @@ int vmdk_sparse_map_locked(struct vmdk_extent *e, uint64_t off, uint64_t len, st
     return 0;
 }
 
-/* ---- reads ---- */
-
-int vmdk_inflate_grain(struct vmdk_extent *e, uint64_t marker_off, uint64_t grain_index,
-                       uint8_t *out, uint64_t out_len)
-{
-    uint64_t avail, clen, data_off;
-    int r;
-
-    if (marker_off >= e->file_len) {
-        return extent_error(e, EINVAL, "grain at %" PRIu64 " is past the end of the file",
-                            marker_off);
-    }
-    avail = e->file_len - marker_off;
-    if (e->markers) {
-        uint8_t mk[VMDK_MARKER_HDR];
-        if (avail < VMDK_MARKER_HDR) {
-            return extent_error(e, EINVAL, "grain marker at %" PRIu64 " is cut short", marker_off);
-        }
-        r = blk_pread(e->file, marker_off, mk, sizeof mk);
-        if (r < 0) {
-            return r;
-        }
-        clen = get_le32(mk + 8);
-        if (get_le64(mk) != grain_index * (e->grain / VMDK_SECTOR)) {
-            return extent_error(e, EINVAL, "grain marker at %" PRIu64 " names another sector",
-                                marker_off);
-        }
-        data_off = marker_off + VMDK_MARKER_HDR;
-        if (clen == 0 || clen > avail - VMDK_MARKER_HDR || clen > 2 * e->grain + 4096) {
-            return extent_error(e, EINVAL, "grain marker at %" PRIu64 " claims an impossible size",
-                                marker_off);
-        }
-    } else {
-        data_off = marker_off;
-        clen = MIN(avail, 2 * e->grain + 4096);
-    }
-    CLEANUP_FREE uint8_t *in = malloc(clen);
-    if (!in) {
-        return err_set(ENOMEM, "%s: vmdk: compressed grain", e->name);
-    }
-    r = blk_pread(e->file, data_off, in, clen);
-    if (r < 0) {
-        return r;
-    }
-    z_stream z = {0};
-    if (inflateInit(&z) != Z_OK) {
-        return err_set(ENOMEM, "%s: vmdk: inflate", e->name);
-    }
-    z.next_in = in;
-    z.avail_in = (uInt)clen;
-    z.next_out = out;
-    z.avail_out = (uInt)e->grain;
-    int zr = inflate(&z, Z_FINISH);
-    uint64_t got = e->grain - z.avail_out;
-    inflateEnd(&z);
-    if ((zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && z.avail_out == 0)) || got < out_len) {
-        return extent_error(e, EIO, "compressed grain at %" PRIu64 " does not inflate to a grain",
-                            marker_off);
-    }
-    if (got < e->grain) {
-        memset(out + got, 0, e->grain - got);
-    }
-    return 0;
-}
-
-/* Bytes of a data run that the file holds; the rest reads as zeroes. */
-static int read_host(struct vmdk_extent *e, uint64_t host, uint8_t *buf, uint64_t len,
-                     uint64_t file_len)
-{
-    if (host >= file_len) {
-        return extent_error(e, EINVAL, "grain at %" PRIu64 " is past the end of the file", host);
-    }
-    uint64_t have = MIN(len, file_len - host);
-    if (have < len) {
-        memset(buf + have, 0, len - have);
-    }
-    return blk_pread(e->file, host, buf, have);
-}
-
-int vmdk_sparse_read(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off, uint8_t *buf,
-                     uint64_t len)
-{
-    while (len) {
-        struct vmdk_map m;
-        uint64_t file_len;
-        pthread_mutex_lock(&s->lock);
-        int r = vmdk_sparse_map_locked(e, off, len, &m);
-        file_len = e->file_len;
-        pthread_mutex_unlock(&s->lock);
-        if (r < 0) {
-            return r;
-        }
-        switch (m.kind) {
-        case VMDK_MAP_UNALLOC:
-        case VMDK_MAP_ZERO:
-            memset(buf, 0, m.bytes);
-            break;
-        case VMDK_MAP_DATA:
-            r = read_host(e, m.host, buf, m.bytes, file_len);
-            break;
-        case VMDK_MAP_COMPRESSED: {
-            uint64_t g = off / e->grain, in = off % e->grain;
-            uint64_t need = MIN(e->grain, e->length - g * e->grain);
-            uint8_t *tmp = malloc(e->grain);
-            if (!tmp) {
-                return err_set(ENOMEM, "%s: vmdk: grain buffer", e->name);
-            }
-            r = vmdk_inflate_grain(e, m.host, g, tmp, need);
-            if (r == 0) {
-                memcpy(buf, tmp + in, m.bytes);
-            }
-            free(tmp);
-            break;
-        }
-        }
-        if (r < 0) {
-            return r;
-        }
-        off += m.bytes;
-        buf += m.bytes;
-        len -= m.bytes;
-    }
-    return 0;
-}
-
 /* ---- allocating writes (uncompressed extents) ---- */
 
 static bool inflight_locked(const struct vmdk_extent *e, uint64_t first, uint64_t count)
@@ -609,6 +487,28 @@ static void inflight_remove_locked(struct vmdk_extent *e, uint64_t first)
     pthread_cond_broadcast(&e->alloc_done);
 }
 
+/* The first and last of new grains [first, first+count), when the
+ * write covers them partly, keep what the parent has for the rest
+ * (unallocated grains only: a zeroed grain stays zeroes). */
+static int fill_from_parent(struct vmdk_state *s, struct vmdk_extent *e, uint64_t first,
+                            uint64_t count, uint8_t *tmp)
+{
+    uint64_t ends[2] = {first, first + count - 1};
+    int r = 0;
+
+    for (int i = 0; s->backing && r == 0 && i < (count > 1 ? 2 : 1); i++) {
+        uint32_t gte;
+        pthread_mutex_lock(&s->lock);
+        r = vmdk_sparse_get_gte_locked(e, ends[i], &gte);
+        pthread_mutex_unlock(&s->lock);
+        if (r == 0 && gte == 0) {
+            r = vmdk_read_parent(s, e->start + ends[i] * e->grain,
+                                 tmp + (ends[i] - first) * e->grain, e->grain);
+        }
+    }
+    return r;
+}
+
 /* Grains [first, first+count) are new: write them whole at host (the
  * request's bytes, zeroes around them), then point the table at them. */
 static int write_new_grains(struct vmdk_state *s, struct vmdk_extent *e, uint64_t first,
@@ -622,13 +522,13 @@ static int write_new_grains(struct vmdk_state *s, struct vmdk_extent *e, uint64_
         r = blk_pwrite(e->file, host, buf, len, 0);
     } else {
         uint8_t *tmp = calloc(1, span);
-        if (!tmp) {
-            r = err_set(ENOMEM, "%s: vmdk: grain buffer", e->name);
-        } else {
+        r = tmp ? fill_from_parent(s, e, first, count, tmp)
+                : err_set(ENOMEM, "%s: vmdk: grain buffer", e->name);
+        if (r == 0) {
             memcpy(tmp + head, buf, len);
             r = blk_pwrite(e->file, host, tmp, span, 0);
-            free(tmp);
         }
+        free(tmp);
     }
     pthread_mutex_lock(&s->lock);
     for (uint64_t i = 0; r == 0 && i < count; i++) {
@@ -659,8 +559,8 @@ static int write_step(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off,
     r = vmdk_sparse_map_locked(e, off, len, &m);
     if (r == 0 && m.kind == VMDK_MAP_DATA && m.host < MAX(e->overhead, VMDK_HEADER_SIZE)) {
         /* A hostile table must not turn guest writes into header writes. */
-        r = extent_error(e, EIO, "grain %" PRIu64 " points into the metadata (at %" PRIu64 ")",
-                         grain, m.host);
+        r = vmdk_extent_error(e, EIO, "grain %" PRIu64 " points into the metadata (at %" PRIu64 ")",
+                              grain, m.host);
     }
     if (r < 0 || m.kind == VMDK_MAP_DATA) {
         pthread_mutex_unlock(&s->lock);
@@ -690,7 +590,7 @@ static int write_step(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off,
     uint64_t host = ROUND_UP(e->next_alloc, VMDK_SECTOR);
     if ((host + count * e->grain) / VMDK_SECTOR > UINT32_MAX) {
         pthread_mutex_unlock(&s->lock);
-        return extent_error(e, ENOSPC, "the extent file would pass 2 TiB");
+        return vmdk_extent_error(e, ENOSPC, "the extent file would pass 2 TiB");
     }
     /* every grain table on the way must exist */
     for (uint64_t i = 0; i < count; i++) {
@@ -743,7 +643,7 @@ int vmdk_sparse_zero(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off, 
         }
         pthread_mutex_unlock(&s->lock);
         if (r == 0 && m.kind == VMDK_MAP_DATA && m.host < MAX(e->overhead, VMDK_HEADER_SIZE)) {
-            r = extent_error(e, EIO, "grain at %" PRIu64 " points into the metadata", m.host);
+            r = vmdk_extent_error(e, EIO, "grain at %" PRIu64 " points into the metadata", m.host);
         }
         if (r == 0 && m.kind == VMDK_MAP_DATA) {
             r = blk_pwrite_zeroes(e->file, m.host, m.bytes, 0);
@@ -785,7 +685,7 @@ int vmdk_sparse_data_end_locked(struct vmdk_extent *e, uint64_t *end)
     uint8_t mk[VMDK_MARKER_HDR];
     uint64_t at = last * VMDK_SECTOR;
     if (at + sizeof mk > e->file_len) {
-        return extent_error(e, EINVAL, "grain at %" PRIu64 " is past the end of the file", at);
+        return vmdk_extent_error(e, EINVAL, "grain at %" PRIu64 " is past the end of the file", at);
     }
     r = blk_pread(e->file, at, mk, sizeof mk);
     if (r < 0) {

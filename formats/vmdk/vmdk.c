@@ -19,6 +19,7 @@
 #include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "formats/named-file.h"
 #include "vmdk.h"
 
 /* ---- opening ---- */
@@ -144,6 +145,9 @@ static int open_sparse_file(struct vmdk_state *s, const struct blk_open_opts *op
 
 static void vmdk_free_state(struct vmdk_state *s)
 {
+    blk_node_close(s->backing);
+    s->backing = NULL;
+    s->node->backing = NULL;
     for (unsigned i = 0; i < s->n_extents; i++) {
         vmdk_extent_free(&s->extents[i]);
     }
@@ -180,16 +184,14 @@ static int vmdk_open(struct blk_node *n, const struct blk_open_opts *opts)
             r = open_descriptor_file(s, opts, flen);
         }
     }
-    if (r == 0 && s->desc.parent_hint && s->desc.parent_cid != UINT32_MAX && !opts->no_backing) {
-        CLEANUP_FREE char *p = str_escape(s->desc.parent_hint);
-        r = err_setx(ENOTSUP, "%s: vmdk: images with a parent ('%s') are not supported",
-                     n->filename, p ? p : "?");
+    if (r == 0 && vmdk_has_parent(s) && !opts->no_backing) {
+        r = vmdk_open_parent(s, opts);
     }
     if (r == 0 && s->stream && !opts->read_only) {
         r = vmdk_stream_open_rw(s);
     }
     if (r < 0) {
-        if (!strstr(err_msg(), n->filename)) {
+        if (!strstr(err_msg(), n->filename) && !fmt_chain_error_below(r, opts)) {
             CLEANUP_FREE char *esc = str_escape(n->filename);
             err_prefix("%s", esc ? esc : "?");
         }
@@ -377,6 +379,9 @@ static int vmdk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, un
         }
         return 0;
     }
+    if (s->backing) {
+        return -ENOTSUP; /* unallocated grains read the parent: write zeroes */
+    }
     int r = s->cid_updated ? 0 : update_cid(s);
     return r < 0 ? r : vmdk_sparse_zero(s, e, off, len);
 }
@@ -402,6 +407,34 @@ static int vmdk_flush(struct blk_node *n)
     r = vmdk_sparse_flush_locked(&s->extents[0]);
     pthread_mutex_unlock(&s->lock);
     return r;
+}
+
+/* Grains this image does not hold: the parent's answer (one layer down),
+ * or zeroes no image holds; zeroes past the end of a short parent belong
+ * to the parent for allocation depth. */
+static int unallocated_status(struct vmdk_state *s, uint64_t off, uint64_t len,
+                              struct blk_extent *ext)
+{
+    int64_t plen = s->backing ? blk_get_length(s->backing) : 0;
+    int r;
+
+    if (plen < 0) {
+        return (int)plen;
+    }
+    if (s->backing && off < (uint64_t)plen) {
+        r = blk_block_status(s->backing, off, MIN(len, (uint64_t)plen - off), ext);
+        if (r < 0) {
+            return r;
+        }
+        ext->layer++;
+        ext->depth = ext->depth ? ext->depth + 1 : 0;
+        return 0;
+    }
+    memset(ext, 0, sizeof *ext);
+    ext->length = len;
+    ext->flags = BLK_EXT_ZERO;
+    ext->depth = s->backing ? 2 : 0;
+    return 0;
 }
 
 /* A flat extent is all data, and where its file has holes they read as
@@ -466,10 +499,7 @@ static int vmdk_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
     ext->length = m.bytes;
     switch (m.kind) {
     case VMDK_MAP_UNALLOC:
-        ext->flags = BLK_EXT_ZERO;
-        ext->depth = 0;
-        ext->filename = NULL;
-        break;
+        return unallocated_status(s, off, m.bytes, ext);
     case VMDK_MAP_ZERO:
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         break;

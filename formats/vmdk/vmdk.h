@@ -4,9 +4,11 @@
  *
  *   descriptor.c  the text descriptor: parse, probe, rewrite the CID (no I/O)
  *   sparse.c      hosted sparse extents: header, grain directory, grain
- *                 tables (a cache), reads, block status, allocating writes
+ *                 tables (a cache), mapping, allocating writes
+ *   read.c        guest reads of sparse extents (inflating compressed grains)
  *   stream.c      streamOptimized: compressed grains, append-only writes,
  *                 footer and end-of-stream marker
+ *   parent.c      a child image's parent (parentFileNameHint)
  *   extents.c     the extents a descriptor names: confined, opened, refused
  *   create.c      creating monolithicSparse and streamOptimized images
  *   check.c       info and check
@@ -124,6 +126,7 @@ struct vmdk_extent {
 
 struct vmdk_state {
     struct blk_node *node;
+    struct blk_node *backing; /* the parent, or NULL */
     pthread_mutex_t lock;
     struct vmdk_extent *extents;
     unsigned n_extents;
@@ -148,6 +151,9 @@ struct vmdk_map {
     uint64_t bytes;
 };
 
+/* "EXTENT: vmdk: REASON" with errno err (returns -err). */
+int vmdk_extent_error(const struct vmdk_extent *e, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Read and check the sparse header at offset 0 of e->file. */
 int vmdk_sparse_open(struct vmdk_extent *e, bool writable);
 void vmdk_extent_free(struct vmdk_extent *e);
@@ -167,6 +173,13 @@ int vmdk_inflate_grain(struct vmdk_extent *e, uint64_t marker_off, uint64_t grai
                        uint8_t *out, uint64_t out_len);
 /* The byte after the last grain stored (its marker and data). */
 int vmdk_sparse_data_end_locked(struct vmdk_extent *e, uint64_t *end);
+
+/* ---- parent.c ---- */
+
+bool vmdk_has_parent(const struct vmdk_state *s);
+int vmdk_parent_path(const struct vmdk_state *s, char **out);
+int vmdk_open_parent(struct vmdk_state *s, const struct blk_open_opts *opts);
+int vmdk_read_parent(struct vmdk_state *s, uint64_t off, uint8_t *buf, uint64_t len);
 
 /* ---- stream.c ---- */
 

@@ -332,3 +332,40 @@ PY
     assert_output --partial "points into the metadata"
     cmp <(head -c 512 good.vmdk) <(head -c 512 meta.vmdk)
 }
+
+@test "vmdk: a child image reads its parent; writes keep the parent's data" {
+    require_tool qemu-io
+    cd "$TEST_DIR"
+    qemu-img create -q -f vmdk base.vmdk 4M
+    qemu-io -f vmdk -c "write -P 1 0 1M" base.vmdk >/dev/null
+    qemu-img create -q -f vmdk -b base.vmdk -F vmdk child.vmdk
+    qemu-io -f vmdk -c "write -P 2 512k 4k" child.vmdk >/dev/null
+    [[ $("$DISKIMG" info --output=json child.vmdk | jq -c 'del(."actual-size")') == \
+        "$(qemu-img info --output=json child.vmdk | jq -c 'del(."actual-size")')" ]]
+    [[ $("$DISKIMG" map --output=json child.vmdk) == "$(qemu-img map --output=json child.vmdk)" ]]
+    qemu-img convert -O raw child.vmdk want.raw
+    "$DISKIMG" convert -O raw child.vmdk got.raw
+    cmp want.raw got.raw
+    # a partial grain written through serve keeps the parent's bytes around it
+    cp child.vmdk byqemu.vmdk
+    qemu-io -f vmdk -c "write -P 3 100k 4k" -c "write -P 4 3M 512" byqemu.vmdk >/dev/null
+    start_server -f vmdk child.vmdk
+    qemu-io -f raw -c "write -P 3 100k 4k" -c "write -P 4 3M 512" "$URI" >/dev/null
+    stop_server
+    run qemu-img compare child.vmdk byqemu.vmdk
+    assert_success
+    run qemu-img check child.vmdk
+    assert_success
+    # --untrusted: the parent is not opened (info reads the child alone)
+    run "$DISKIMG" info --untrusted child.vmdk
+    assert_success
+    assert_line "backing file: base.vmdk"
+    run "$DISKIMG" convert --untrusted -O raw child.vmdk x.raw
+    assert_failure 1
+    assert_output --partial "refusing to open parent image 'base.vmdk'"
+    # a parent written since the child was made is refused
+    qemu-io -f vmdk -c "write -P 9 0 4k" base.vmdk >/dev/null
+    run "$DISKIMG" convert -O raw child.vmdk x.raw
+    assert_failure 1
+    assert_output --partial "changed after this image was made"
+}
