@@ -7,6 +7,7 @@
  * Order (vhdx.h): above rw.c. */
 #include <string.h>
 
+#include "common/error.h"
 #include "vhdx.h"
 
 int vhdx_check(struct blk_node *n, enum blk_repair repair, FILE *report,
@@ -20,6 +21,7 @@ int vhdx_check(struct blk_node *n, enum blk_repair repair, FILE *report,
         s->log_replayed = false; /* reported once, not again by the double check */
     }
     res->corruptions = vhdx_bat_problems(s, report);
+    err_clear(); /* the problems are the result, not an error of the check */
     return 0;
 }
 

@@ -164,8 +164,8 @@ static inline uint64_t vhdx_bat_index(const struct vhdx_state *s, uint64_t b)
 }
 /* Problems of the BAT (entries past the end of the file, over metadata,
  * in states the image type forbids): 0, or the count with one line per
- * problem on report (NULL: count only).  first_error gets a message for
- * the first. */
+ * problem on report (NULL: count only); the first one is also the
+ * thread's error message (err_msg), for open to return. */
 uint64_t vhdx_bat_problems(struct vhdx_state *s, FILE *report);
 /* Set payload block b's entry: log the BAT sector, flush, write it in
  * place; then the in-memory copy. */
