@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
+#include "formats/named-file.h"
 #include "vmdk.h"
 
 #define GRAIN_SECTORS 128u
@@ -31,6 +33,9 @@ struct vmdk_create_opts {
     /* copies: kv_foreach's strings last only for the call */
     const char *subformat, *adapter, *hwversion, *toolsversion;
     char subformat_buf[64], adapter_buf[64], hwversion_buf[64], toolsversion_buf[64];
+    /* -b and -F, or -o backing_file= and backing_fmt= */
+    const char *backing_file, *backing_fmt;
+    char backing_file_buf[1024], backing_fmt_buf[64];
     bool compat6, zeroed_grain;
     bool compat6_set, zeroed_set;
 };
@@ -43,9 +48,9 @@ static int parse_onoff(const char *key, const char *value, bool *out)
     return 0;
 }
 
-static int copy_value(const char *key, const char *value, char buf[64], const char **out)
+static int copy_value(const char *key, const char *value, char *buf, size_t cap, const char **out)
 {
-    if (strlen(value) >= 64) {
+    if (strlen(value) >= cap) {
         return err_setx(EINVAL, "vmdk: the value of option '%s' is too long", key);
     }
     strcpy(buf, value);
@@ -77,13 +82,20 @@ static int create_opt(const char *key, const char *value, void *opaque)
         }
         c->size_set = true;
     } else if (strcmp(key, "subformat") == 0) {
-        return copy_value(key, value, c->subformat_buf, &c->subformat);
+        return copy_value(key, value, c->subformat_buf, sizeof c->subformat_buf, &c->subformat);
     } else if (strcmp(key, "adapter_type") == 0) {
-        return copy_value(key, value, c->adapter_buf, &c->adapter);
+        return copy_value(key, value, c->adapter_buf, sizeof c->adapter_buf, &c->adapter);
     } else if (strcmp(key, "hwversion") == 0) {
-        return copy_value(key, value, c->hwversion_buf, &c->hwversion);
+        return copy_value(key, value, c->hwversion_buf, sizeof c->hwversion_buf, &c->hwversion);
     } else if (strcmp(key, "toolsversion") == 0) {
-        return copy_value(key, value, c->toolsversion_buf, &c->toolsversion);
+        return copy_value(key, value, c->toolsversion_buf, sizeof c->toolsversion_buf,
+                          &c->toolsversion);
+    } else if (strcmp(key, "backing_file") == 0) {
+        return copy_value(key, value, c->backing_file_buf, sizeof c->backing_file_buf,
+                          &c->backing_file);
+    } else if (strcmp(key, "backing_fmt") == 0) {
+        return copy_value(key, value, c->backing_fmt_buf, sizeof c->backing_fmt_buf,
+                          &c->backing_fmt);
     } else if (strcmp(key, "preallocation") == 0) {
         if (strcmp(value, "off") != 0) {
             return err_setx(ENOTSUP, "vmdk: preallocation '%s' is not supported (off only)", value);
@@ -99,12 +111,15 @@ static int create_parse(const struct blk_create_opts *o, struct vmdk_create_opts
     static const char *const adapters[] = {"ide", "lsilogic", "buslogic", "legacyESX"};
     int r;
 
-    *c = (struct vmdk_create_opts){.size = o->size, .size_set = o->size_set};
-    if (o->backing_file) {
-        return err_setx(ENOTSUP, "vmdk: images with a backing file are not supported by diskimg");
-    }
+    *c = (struct vmdk_create_opts){.size = o->size,
+                                   .size_set = o->size_set,
+                                   .backing_file = o->backing_file,
+                                   .backing_fmt = o->backing_format};
     if (o->options && (r = kv_foreach(o->options, create_opt, c)) != 0) {
         return r;
+    }
+    if (c->backing_fmt && strcmp(c->backing_fmt, "vmdk") != 0) {
+        return err_setx(EINVAL, "vmdk: backing_file must be a vmdk image");
     }
     if (c->subformat && strcmp(c->subformat, "monolithicSparse") != 0 &&
         strcmp(c->subformat, "streamOptimized") != 0) {
@@ -142,19 +157,26 @@ int vmdk_create_check(const struct blk_create_opts *o)
     return create_parse(o, &c);
 }
 
-int vmdk_format_descriptor(char *out, size_t cap, uint32_t cid, const char *create_type,
-                           uint64_t sectors, const char *extent_name, const char *adapter,
-                           const char *hwversion, const char *toolsversion)
+int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
 {
+    uint32_t cid = d->cid, parent_cid = d->parent_cid;
+    const char *create_type = d->create_type, *extent_name = d->extent_name;
+    const char *adapter = d->adapter, *hwversion = d->hwversion, *toolsversion = d->toolsversion;
+    uint64_t sectors = d->sectors;
+    char hint[VMDK_SECTOR * 4] = "";
     unsigned heads = strcmp(adapter, "ide") == 0 ? 16 : 255;
     uint64_t cylinders = sectors * VMDK_SECTOR / (63ull * heads * VMDK_SECTOR);
+    if (d->parent_hint && (size_t)snprintf(hint, sizeof hint, "parentFileNameHint=\"%s\"",
+                                           d->parent_hint) >= sizeof hint) {
+        return -ENOSPC;
+    }
     int n = snprintf(out, cap,
                      "# Disk DescriptorFile\n"
                      "version=1\n"
                      "CID=%08" PRIx32 "\n"
-                     "parentCID=ffffffff\n"
+                     "parentCID=%08" PRIx32 "\n"
                      "createType=\"%s\"\n"
-                     "\n"
+                     "%s\n"
                      "# Extent description\n"
                      "RW %" PRIu64 " SPARSE \"%s\"\n"
                      "\n"
@@ -167,8 +189,8 @@ int vmdk_format_descriptor(char *out, size_t cap, uint32_t cid, const char *crea
                      "ddb.geometry.sectors = \"63\"\n"
                      "ddb.adapterType = \"%s\"\n"
                      "ddb.toolsVersion = \"%s\"\n",
-                     cid, create_type, sectors, extent_name, hwversion, cylinders, heads, adapter,
-                     toolsversion);
+                     cid, parent_cid, create_type, hint, sectors, extent_name, hwversion, cylinders,
+                     heads, adapter, toolsversion);
     return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }
 
@@ -217,8 +239,59 @@ static int write_gd(struct blk_node *file, uint64_t at, uint64_t gd_sectors, uin
     return bytes ? blk_pwrite(file, at * VMDK_SECTOR, gd, bytes, 0) : 0;
 }
 
+/* printf at *n of a cap-byte buffer, never past its end. */
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (*n >= cap - 1) {
+        return;
+    }
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *n, cap - *n, fmt, ap);
+    va_end(ap);
+    *n = w < 0 ? *n : MIN(cap - 1, *n + (size_t)w);
+}
+
+/* The parent of a new child image: its CID (recorded as parentCID) and,
+ * when no size is given, its size.  Opened as the child will open it,
+ * shared with every user (only its metadata is read). */
+static int parent_facts(const struct blk_create_opts *o, struct vmdk_create_opts *c, uint32_t *cid)
+{
+    CLEANUP_FREE char *path = NULL;
+    struct blk_node *b = NULL;
+    int r = fmt_named_path("vmdk", "backing file", o->filename, c->backing_file, 0, &path);
+
+    if (r < 0) {
+        return r;
+    }
+    struct blk_open_opts bo = {.filename = path,
+                               .read_only = true,
+                               .depth = 1,
+                               .perms = {BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL, BLK_PERM_ALL},
+                               .force_share = true,
+                               .no_backing = true,
+                               .untrusted = o->untrusted};
+    r = blk_open_stack(&b, &bo, "file", "vmdk");
+    if (r < 0) {
+        err_prefix("vmdk: could not open backing file '%s'", c->backing_file);
+        return r;
+    }
+    const struct vmdk_state *ps = b->opaque;
+    *cid = ps->desc.cid;
+    if (!c->size_set) {
+        c->size = ps->size;
+        c->size_set = true;
+    }
+    blk_node_close(b);
+    return 0;
+}
+
 int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **summary)
 {
+    uint32_t parent_cid = UINT32_MAX;
     struct vmdk_create_opts c;
     uint8_t hdr[VMDK_HEADER_SIZE];
     char desc[DESC_SECTORS * VMDK_SECTOR] = {0};
@@ -226,6 +299,9 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     int r = create_parse(o, &c);
 
     if (r < 0) {
+        return r;
+    }
+    if (c.backing_file && (r = parent_facts(o, &c, &parent_cid)) < 0) {
         return r;
     }
     if (!c.size_set) {
@@ -245,14 +321,20 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     }
     CLEANUP_FREE char *copy = strdup(o->filename);
     uint32_t cid = (uint32_t)(clock_ns() * 2654435761u) ^ (uint32_t)getpid();
-    r = copy ? vmdk_format_descriptor(desc, sizeof desc, cid >= 0xfffffffeu ? 1 : cid,
-                                      stream ? "streamOptimized" : "monolithicSparse", sectors,
-                                      basename(copy), c.adapter ? c.adapter : "ide",
-                                      c.hwversion ? c.hwversion
-                                      : c.compat6 ? "6"
-                                                  : "4",
-                                      c.toolsversion ? c.toolsversion : "2147483647")
-             : -ENOMEM;
+    struct vmdk_new_desc nd = {
+        .cid = cid >= 0xfffffffeu ? 1 : cid,
+        .parent_cid = parent_cid,
+        .create_type = stream ? "streamOptimized" : "monolithicSparse",
+        .sectors = sectors,
+        .extent_name = copy ? basename(copy) : "",
+        .parent_hint = c.backing_file,
+        .adapter = c.adapter ? c.adapter : "ide",
+        .hwversion = c.hwversion ? c.hwversion
+                     : c.compat6 ? "6"
+                                 : "4",
+        .toolsversion = c.toolsversion ? c.toolsversion : "2147483647",
+    };
+    r = copy ? vmdk_format_descriptor(desc, sizeof desc, &nd) : -ENOMEM;
     if (r < 0) {
         return err_setx(-r, "vmdk: the descriptor does not fit in %u sectors", DESC_SECTORS);
     }
@@ -283,22 +365,28 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
         return r;
     }
     /* qemu-img's summary: its option list order, given options only. */
-    char line[512];
-    int n = snprintf(line, sizeof line, "fmt=vmdk size=%" PRIu64, c.size);
+    char line[2048];
+    size_t n = 0;
+    append(line, sizeof line, &n, "fmt=vmdk size=%" PRIu64, c.size);
     if (c.adapter) {
-        n += snprintf(line + n, sizeof line - (size_t)n, " adapter_type=%s", c.adapter);
+        append(line, sizeof line, &n, " adapter_type=%s", c.adapter);
     }
-    n += snprintf(line + n, sizeof line - (size_t)n, " compat6=%s hwversion=%s",
-                  c.compat6 ? "on" : "off", c.hwversion ? c.hwversion : "undefined");
+    if (c.backing_file) {
+        append(line, sizeof line, &n, " backing_file=%s", c.backing_file);
+    }
+    if (c.backing_fmt) {
+        append(line, sizeof line, &n, " backing_fmt=%s", c.backing_fmt);
+    }
+    append(line, sizeof line, &n, " compat6=%s hwversion=%s", c.compat6 ? "on" : "off",
+           c.hwversion ? c.hwversion : "undefined");
     if (c.toolsversion) {
-        n += snprintf(line + n, sizeof line - (size_t)n, " toolsversion=%s", c.toolsversion);
+        append(line, sizeof line, &n, " toolsversion=%s", c.toolsversion);
     }
     if (c.subformat) {
-        n += snprintf(line + n, sizeof line - (size_t)n, " subformat=%s", c.subformat);
+        append(line, sizeof line, &n, " subformat=%s", c.subformat);
     }
     if (c.zeroed_set) {
-        snprintf(line + n, sizeof line - (size_t)n, " zeroed_grain=%s",
-                 c.zeroed_grain ? "on" : "off");
+        append(line, sizeof line, &n, " zeroed_grain=%s", c.zeroed_grain ? "on" : "off");
     }
     *summary = strdup(line);
     return 0;

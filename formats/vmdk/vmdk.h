@@ -198,15 +198,24 @@ int vmdk_open_extents(struct vmdk_state *s, const struct blk_open_opts *opts, co
 
 int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int vmdk_create_check(const struct blk_create_opts *o);
+/* What the descriptor of a new single-file image says. */
+struct vmdk_new_desc {
+    uint32_t cid, parent_cid;
+    const char *create_type;
+    uint64_t sectors;
+    const char *extent_name;
+    const char *parent_hint; /* NULL: no parent */
+    const char *adapter, *hwversion, *toolsversion;
+};
 /* Write a descriptor's text for a new single-file image. */
-int vmdk_format_descriptor(char *out, size_t cap, uint32_t cid, const char *create_type,
-                           uint64_t sectors, const char *extent_name, const char *adapter,
-                           const char *hwversion, const char *toolsversion);
+int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d);
 #define VMDK_CREATE_HELP                                                                           \
     "Supported options:\n"                                                                         \
     "  size=<size>             Virtual disk size\n"                                                \
     "  subformat=<str>         monolithicSparse (default) or streamOptimized\n"                    \
     "  adapter_type=<str>      ide (default), lsilogic, buslogic or legacyESX\n"                   \
+    "  backing_file=<str>      File name of a base image (a vmdk image)\n"                         \
+    "  backing_fmt=<str>       Must be 'vmdk' if present\n"                                        \
     "  hwversion=<str>         VMDK hardware version (default 4)\n"                                \
     "  compat6=<bool>          VMDK version 6 image (hwversion 6)\n"                               \
     "  toolsversion=<str>      VMware guest tools version (default 2147483647)\n"                  \

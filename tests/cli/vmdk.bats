@@ -356,6 +356,18 @@ PY
     assert_success
     run qemu-img check child.vmdk
     assert_success
+    # diskimg create -b makes the same child as qemu-img create -b
+    qemu-img create -q -f vmdk -b child.vmdk -F vmdk k1.vmdk
+    run "$DISKIMG" create -f vmdk -b child.vmdk -F vmdk k2.vmdk
+    assert_output "Formatting 'k2.vmdk', fmt=vmdk size=4194304 backing_file=child.vmdk backing_fmt=vmdk compat6=off hwversion=undefined"
+    cmp <(head -c 512 k1.vmdk) <(head -c 512 k2.vmdk)
+    [[ $(dd if=k2.vmdk bs=512 skip=1 count=20 2>/dev/null | tr -d '\0' | grep -v '^CID=') == \
+        "$(dd if=k1.vmdk bs=512 skip=1 count=20 2>/dev/null | tr -d '\0' | grep -v '^CID=' | sed s/k1.vmdk/k2.vmdk/)" ]]
+    run qemu-img compare child.vmdk k2.vmdk
+    assert_success
+    run "$DISKIMG" create -f vmdk -b base.vmdk -F raw k3.vmdk
+    assert_failure 1
+    assert_output --partial "backing_file must be a vmdk image"
     # --untrusted: the parent is not opened (info reads the child alone)
     run "$DISKIMG" info --untrusted child.vmdk
     assert_success
