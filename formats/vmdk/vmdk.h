@@ -27,6 +27,7 @@
 #define DISKIMG_VMDK_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -136,9 +137,9 @@ struct vmdk_state {
     size_t desc_len;
     bool desc_embedded; /* in the sparse file at extents[0].desc_off */
     bool read_only;
-    bool stream;       /* streamOptimized */
-    bool cid_updated;  /* the first write of this open changed the CID */
-    bool stream_dirty; /* grains appended: footer and EOS at close */
+    bool stream;              /* streamOptimized */
+    _Atomic bool cid_updated; /* the first write of this open changed the CID */
+    bool stream_dirty;        /* grains appended: footer and EOS at close */
     uint32_t stream_last_grain;
     bool stream_has_last;
 };
