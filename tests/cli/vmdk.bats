@@ -8,6 +8,12 @@
 load '../helpers'
 load '../formats-lib'
 
+# nbdsh runs "python3 -m nbd": the python that has libnbd's module must
+# come first on PATH (a pyenv python may shadow it).
+nbdsh() {
+    PATH="$(dirname "$PYTHON3"):$PATH" command nbdsh "$@"
+}
+
 setup() {
     setup_test
     require_tool qemu-img
