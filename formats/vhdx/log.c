@@ -11,9 +11,10 @@
  * the tail is in the chain (the spec) or else from the chain's start (as
  * qemu).  Its descriptors are applied in order, the file is flushed and
  * the log marked empty.  A read-only open refuses such an image, as qemu
- * does.  All work is bounded: the chain only goes backwards through
- * strictly decreasing sequence numbers, and the checksum work over all
- * candidate entries is capped.
+ * does.  A LogGuid with no valid entry behind it (a writer stopped
+ * before its first entry) is an empty log, as in qemu.  All work is bounded: the chain only goes
+ * backwards through strictly decreasing sequence numbers, and the checksum work over all candidate
+ * entries is capped.
  *
  * Writing: one entry per update (a few BAT sectors), Tail = the entry
  * itself (each entry is applied and flushed before the next is written),
@@ -247,6 +248,9 @@ static void active_sequence(struct log_entry *found, size_t nfound, uint32_t rin
     *n = count;
 }
 
+/* Find the active sequence and, on a writable open, apply it: 1 when
+ * there is none (nothing to replay), 0 when it was replayed, or an error
+ * (a read-only open with a log to replay is one, as in qemu). */
 static int replay(struct vhdx_state *s, const struct ring *g)
 {
     size_t npos = g->len / SECTOR, nfound = 0, nseq = 0;
@@ -277,10 +281,16 @@ static int replay(struct vhdx_state *s, const struct ring *g)
     }
     active_sequence(found, nfound, g->len, seq, &nseq);
     if (nseq == 0) {
-        /* qemu opens such a file without replaying; the spec calls it
-         * corrupt.  Nothing valid can be applied either way. */
-        return err_setx(EINVAL, "%s: vhdx: the header names a log, but it holds no valid entry",
-                        s->name);
+        /* A writer that stopped between setting the LogGuid and writing
+         * its first entry (qemu's or ours) leaves this: nothing was
+         * changed, so the image opens as it is, as in qemu. */
+        return 1;
+    }
+    if (s->read_only) {
+        return err_setx(EPERM,
+                        "%s: vhdx: opened read-only, but contains a log that needs to be "
+                        "replayed (to replay it: diskimg check -r all %s)",
+                        s->name, s->name);
     }
     const struct log_entry *head = seq[nseq - 1];
     if (head->flushed_end > (uint64_t)flen) {
@@ -324,15 +334,9 @@ int vhdx_log_open(struct vhdx_state *s)
     if (memcmp(h->log_guid, zero_guid, 16) == 0) {
         return 0;
     }
-    if (s->read_only) {
-        return err_setx(EPERM,
-                        "%s: vhdx: opened read-only, but contains a log that needs to be "
-                        "replayed (to replay it: diskimg check -r all %s)",
-                        s->name, s->name);
-    }
     if (h->log_length == 0) {
-        /* Nothing to replay; clearing the GUID below is all there is. */
-        return vhdx_update_headers_locked(s, zero_guid);
+        /* Nothing to replay; a writer clears the GUID. */
+        return s->read_only ? 0 : vhdx_update_headers_locked(s, zero_guid);
     }
     if (flen < 0) {
         return (int)flen;
@@ -354,8 +358,8 @@ int vhdx_log_open(struct vhdx_state *s)
     }
     struct ring g = {buf, h->log_length};
     r = replay(s, &g);
-    if (r < 0) {
-        return r;
+    if (r < 0 || (r == 1 && s->read_only)) {
+        return r < 0 ? r : 0;
     }
     return vhdx_update_headers_locked(s, zero_guid);
 }

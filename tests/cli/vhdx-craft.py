@@ -8,6 +8,7 @@ or log.  Checksums are recomputed unless the point is a bad one.
                                               1 MiB of BYTE there, via the log
     vhdx-craft.py IMG dirtywrap BLOCK HOST BYTE   the same with the entry wrapping
                                               around the end of the ring
+    vhdx-craft.py IMG guidonly                a LogGuid with no entry behind it
     vhdx-craft.py IMG badheaders              both header checksums wrong
     vhdx-craft.py IMG regions COUNT           region table entry count
     vhdx-craft.py IMG hugebat                 64 TiB disk, 4 GiB BAT region at 16 MiB
@@ -128,6 +129,8 @@ def main():
                           size, size)
             write(f, LOG + MiB - 4096, e[:4096])
             write(f, LOG, e[4096:])
+            set_log_guid(f, guid)
+        elif op == "guidonly":
             set_log_guid(f, guid)
         elif op == "badheaders":
             for off in (64 * 1024, 128 * 1024):
