@@ -8,6 +8,9 @@ or log.  Checksums are recomputed unless the point is a bad one.
                                               1 MiB of BYTE there, via the log
     vhdx-craft.py IMG dirtywrap BLOCK HOST BYTE   the same with the entry wrapping
                                               around the end of the ring
+    vhdx-craft.py IMG logchain BLOCK HOST     a sequence of two entries (tail = the
+                                              first): zero 1 MiB at HOST, then
+                                              point BLOCK at HOST (0x5a was there)
     vhdx-craft.py IMG guidonly                a LogGuid with no entry behind it
     vhdx-craft.py IMG badheaders              both header checksums wrong
     vhdx-craft.py IMG regions COUNT           region table entry count
@@ -129,6 +132,16 @@ def main():
                           size, size)
             write(f, LOG + MiB - 4096, e[:4096])
             write(f, LOG, e[4096:])
+            set_log_guid(f, guid)
+        elif op == "logchain":
+            block, host = int(args[0]), int(args[1])
+            write(f, host, b"\x5a" * MiB)
+            size = os.fstat(f.fileno()).st_size
+            first = log_entry(guid, 7, 0, [("zero", host, MiB)], size, size)
+            sec, at = bat_sector_with(f, block, host | 6)
+            second = log_entry(guid, 8, 0, [("data", at, sec)], size, size)
+            write(f, LOG, first)
+            write(f, LOG + len(first), second)
             set_log_guid(f, guid)
         elif op == "guidonly":
             set_log_guid(f, guid)

@@ -171,6 +171,19 @@ base_image() {
     refute_output --partial "fail"
     run qemu-img compare "$img" "$TEST_DIR/by-qemu.vhdx"
     assert_success
+    # a sequence of two entries whose head's tail is the first: both are
+    # replayed, in order (the zeroes land before the BAT entry)
+    base_image "$img"
+    "$PYTHON3" "$CRAFT" "$img" logchain 3 $((9 * MiB))
+    cp "$img" "$TEST_DIR/by-qemu.vhdx"
+    run "$DISKIMG" check -r all "$img"
+    assert_success
+    qemu-img check -q -r all "$TEST_DIR/by-qemu.vhdx"
+    run qemu-io -c 'read -P 0 3M 1M' -c 'read -P 0xab 0 1M' "$img"
+    refute_output --partial "fail"
+    [[ $("$DISKIMG" map --output=json "$img" | jq -c '[.[] | select(.start == 3145728) | .offset]') == "[$((9 * MiB))]" ]]
+    run qemu-img compare "$img" "$TEST_DIR/by-qemu.vhdx"
+    assert_success
     # a LogGuid with no entry (a writer stopped before its first one) is
     # an empty log: read-only opens go on, as in qemu; a writer clears it
     base_image "$img"
