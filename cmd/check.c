@@ -94,36 +94,38 @@ static void check_print_json(const char *filename, const char *format,
 
     json_init(&w, stdout, false);
     json_begin_object(&w, NULL);
-    /* Optional fields are left out when 0, as qemu-img does. */
+    /* Optional fields are left out when 0, as qemu-img does, and the
+     * fields come in qemu-img's order, which is that of its QDict's hash
+     * buckets: fixed, but not the order of the QAPI schema. */
     if (res->image_end_offset) {
         json_uint(&w, "image-end-offset", res->image_end_offset);
+    }
+    if (res->compressed_clusters) {
+        json_uint(&w, "compressed-clusters", res->compressed_clusters);
     }
     if (res->total_clusters) {
         json_uint(&w, "total-clusters", res->total_clusters);
     }
+    if (res->corruptions) {
+        json_uint(&w, "corruptions", res->corruptions);
+    }
+    if (res->corruptions_fixed) {
+        json_uint(&w, "corruptions-fixed", res->corruptions_fixed);
+    }
     json_uint(&w, "check-errors", res->check_errors);
+    if (res->leaks) {
+        json_uint(&w, "leaks", res->leaks);
+    }
+    if (res->leaks_fixed) {
+        json_uint(&w, "leaks-fixed", res->leaks_fixed);
+    }
     if (res->allocated_clusters) {
         json_uint(&w, "allocated-clusters", res->allocated_clusters);
     }
     json_str(&w, "filename", filename);
     json_str(&w, "format", format);
-    if (res->corruptions) {
-        json_uint(&w, "corruptions", res->corruptions);
-    }
-    if (res->leaks) {
-        json_uint(&w, "leaks", res->leaks);
-    }
-    if (res->corruptions_fixed) {
-        json_uint(&w, "corruptions-fixed", res->corruptions_fixed);
-    }
-    if (res->leaks_fixed) {
-        json_uint(&w, "leaks-fixed", res->leaks_fixed);
-    }
     if (res->fragmented_clusters) {
         json_uint(&w, "fragmented-clusters", res->fragmented_clusters);
-    }
-    if (res->compressed_clusters) {
-        json_uint(&w, "compressed-clusters", res->compressed_clusters);
     }
     json_end_object(&w);
     json_finish(&w);
