@@ -229,6 +229,15 @@ base_image() {
         [[ $stderr == "diskimg: $img: vhdx: "*"$want"* ]] || { echo "$op: $stderr"; false; }
         (($(wc -l <<<"$stderr") == 1))
     done
+    # check reports the bad entry as qemu-img does: exit 2, same JSON
+    base_image "$img"
+    "$PYTHON3" "$CRAFT" "$img" bat 1 0x40000006
+    run --separate-stderr qemu-img check --output=json "$img"
+    assert_failure 2
+    local want=$output
+    run --separate-stderr "$DISKIMG" check --output=json "$img"
+    assert_failure 2
+    [[ $(jq -c . <<<"$output") == $(jq -c . <<<"$want") ]]
     # a ring full of chained entries is replayed, once, in bounded time
     base_image "$img"
     "$PYTHON3" "$CRAFT" "$img" logring
