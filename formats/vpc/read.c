@@ -189,7 +189,7 @@ int vpc_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int io
 
     cache_init(&cache);
     while (r == 0 && pos < len) {
-        struct vpc_run run;
+        struct vpc_run run = {0}; /* (gcc -O3 cannot tell vpc_map sets it) */
         struct iovec sub[IOV_LOCAL];
 
         r = vpc_map(s, off + pos, len - pos, &run, &cache);
@@ -243,7 +243,7 @@ int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
 {
     struct vpc_state *s = n->opaque;
     struct vpc_bm_cache cache;
-    struct vpc_run run;
+    struct vpc_run run = {0};
     int r;
 
     if (s->type == VPC_FIXED) {
