@@ -52,7 +52,7 @@ void serve_usage(FILE *f)
         "                           given or probed unambiguously (see diskimg(1))\n"
         "  -o, --offset=OFFSET      raw: export from OFFSET of the file\n"
         "      --size=SIZE          raw: export SIZE bytes (default: to the end)\n"
-        "      --image-opts         IMAGE is driver=raw|qcow2,file.filename=PATH[,offset=N]\n"
+        "      --image-opts         IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
         "                           [,size=N][,cache.direct=on|off][,cache.no-flush=on|off]\n"
         "                           [,aio=ENGINE][,l2-cache-size=SIZE][,read-only=on|off]\n"
         "\n"
