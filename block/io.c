@@ -478,7 +478,18 @@ int blk_truncate(struct blk_node *n, uint64_t len)
         return err_setx(EPERM, "%s is read-only", n->filename);
     }
     if (!n->drv->truncate) {
-        return err_setx(ENOTSUP, "%s: the %s driver cannot resize", n->filename, n->drv->name);
+        /* Resizing to the size it has is no resize (qemu-img resize +0). */
+        int64_t cur = n->drv->get_length(n);
+        if (cur >= 0 && (uint64_t)cur == len) {
+            return 0;
+        }
+        if (!n->drv->is_format) {
+            return err_setx(ENOTSUP, "%s: the %s driver cannot resize", n->filename, n->drv->name);
+        }
+        /* Only formats qemu-img 7.2 cannot resize either lack truncate. */
+        return err_setx(ENOTSUP,
+                        "%s: %s images cannot be resized (nor can qemu-img 7.2 resize them)",
+                        n->filename, n->drv->name);
     }
     return n->drv->truncate(n, len);
 }

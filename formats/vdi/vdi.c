@@ -129,17 +129,6 @@ static int64_t vdi_get_length(struct blk_node *n)
     return (int64_t)s->size;
 }
 
-static int vdi_truncate(struct blk_node *n, uint64_t len)
-{
-    struct vdi_state *s = n->opaque;
-
-    if (len == s->size) {
-        return 0;
-    }
-    return err_setx(ENOTSUP, "%s: vdi images cannot be resized (nor can qemu-img 7.2 resize them)",
-                    n->filename);
-}
-
 static uint64_t vdi_cluster_size(struct blk_node *n)
 {
     (void)n;
@@ -233,7 +222,6 @@ static const struct blk_driver vdi_driver = {
     .cluster_size = vdi_cluster_size,
     .block_status = vdi_block_status,
     .get_length = vdi_get_length,
-    .truncate = vdi_truncate,
     .get_info = vdi_get_info,
     .check = vdi_check,
     .create = vdi_create,

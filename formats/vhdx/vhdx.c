@@ -126,14 +126,6 @@ static uint64_t vhdx_cluster_size(struct blk_node *n)
     return s->p.block_size;
 }
 
-/* qemu-img 7.2 cannot resize VHDX images either. */
-static int vhdx_truncate(struct blk_node *n, uint64_t len)
-{
-    (void)len;
-    return err_setx(ENOTSUP, "%s: vhdx: this format does not support resizing (as qemu-img 7.2)",
-                    n->filename);
-}
-
 static void vhdx_child_perm(const struct blk_open_opts *opts, struct blk_perms *child)
 {
     struct blk_perms in = *child;
@@ -156,7 +148,6 @@ static const struct blk_driver vhdx_driver = {
     .flush = vhdx_flush,
     .block_status = vhdx_block_status,
     .get_length = vhdx_get_length,
-    .truncate = vhdx_truncate,
     .check = vhdx_check,
     .get_info = vhdx_get_info,
     .create = vhdx_create,

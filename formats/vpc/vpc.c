@@ -316,13 +316,6 @@ static int64_t vpc_get_length(struct blk_node *n)
     return (int64_t)s->size;
 }
 
-static int vpc_truncate(struct blk_node *n, uint64_t len)
-{
-    (void)len;
-    return err_setx(ENOTSUP, "%s: vpc: VHD images cannot be resized (qemu-img 7.2 refuses too)",
-                    n->filename);
-}
-
 static uint64_t vpc_cluster_size(struct blk_node *n)
 {
     struct vpc_state *s = n->opaque;
@@ -372,7 +365,6 @@ static const struct blk_driver vpc_driver = {
     .flush = vpc_flush,
     .block_status = vpc_block_status,
     .get_length = vpc_get_length,
-    .truncate = vpc_truncate,
     .get_info = vpc_get_info,
     .create = vpc_create,
     .create_check = vpc_create_check,

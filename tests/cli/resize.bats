@@ -258,3 +258,21 @@ data() {
     run "$DISKIMG" resize --bogus "$TEST_DIR/a.qcow2" 1M
     assert_failure 2
 }
+
+@test "resize: vpc, vmdk, vhdx and vdi are refused with one message, except to their size" {
+    local f img
+    for f in vpc vmdk vhdx vdi; do
+        img=$TEST_DIR/a.$f
+        "$DISKIMG" create -q -f "$f" "$img" 4M
+        run --separate-stderr "$DISKIMG" resize "$img" 8M
+        assert_failure 1
+        [[ "$stderr" == *"$f images cannot be resized (nor can qemu-img 7.2 resize them)"* ]]
+        # to the size it has: nothing to do, and nothing changes
+        local size before
+        size=$("$DISKIMG" info --output=json "$img" | jq '."virtual-size"')
+        before=$(sha256sum <"$img")
+        run "$DISKIMG" resize "$img" "$size"
+        assert_success
+        [[ $(sha256sum <"$img") == "$before" ]]
+    done
+}

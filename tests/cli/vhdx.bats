@@ -113,7 +113,7 @@ MiB=1048576
     # no resize, as qemu-img 7.2 ("Image format driver does not support resize")
     run --separate-stderr "$DISKIMG" resize "$img" 8M
     assert_failure 1
-    [[ $stderr == *"vhdx: this format does not support resizing"* ]]
+    [[ $stderr == *"vhdx images cannot be resized (nor can qemu-img 7.2 resize them)"* ]]
     [[ $(qemu-img info --output=json "$img" | jq '."virtual-size"') == 6291456 ]]
 }
 

@@ -113,6 +113,7 @@ EVEN=$((4 * 1048576))
     assert_failure 1
     run "$DISKIMG" resize q.vmdk 20M
     assert_failure 1
+    assert_output --partial "vmdk images cannot be resized (nor can qemu-img 7.2 resize them)"
     # check finds a grain past the end of the file (rc 2, as qemu-img)
     cp q.vmdk bad.vmdk
     local gd gt

@@ -135,7 +135,7 @@ PY
     [[ $status -eq 63 ]]
     run "$DISKIMG" resize "$TEST_DIR/b.vhd" 8M
     assert_failure
-    assert_output --partial "VHD images cannot be resized"
+    assert_output --partial "vpc images cannot be resized (nor can qemu-img 7.2 resize them)"
     run qemu-img resize -f vpc "$TEST_DIR/b.vhd" 8M
     assert_failure
 }
