@@ -48,6 +48,23 @@ require_nbd_python() {
     fi
 }
 
+# diskimg_under_asan: is $DISKIMG built with AddressSanitizer?  ASan
+# reserves terabytes of address space for its shadow memory, so an
+# address-space limit only breaks it; under ASan memory is bounded by the
+# sanitizer instead.
+diskimg_under_asan() {
+    [[ $DISKIMG == *build-san* ]] || nm -D "$DISKIMG" 2>/dev/null | grep -q __asan_init
+}
+
+# bounded CMD...: CMD as a hostile-input test runs it: killed after 10 s,
+# and with 2 GiB of address space unless under ASan, so that a huge
+# allocation fails instead of swapping and a loop ends as a failure.
+bounded() {
+    local limit=()
+    diskimg_under_asan || limit=(prlimit --as=2147483648 --)
+    timeout -k 5 10 "${limit[@]}" "$@"
+}
+
 # Call from setup(): a fresh directory for this test's files, with a short
 # path because unix socket paths are limited to 107 bytes.
 setup_test() {

@@ -188,7 +188,7 @@ PY
             # shellcheck disable=SC2086
             vdi_poke "$f" $poke
         done
-        run timeout 10 bash -c 'ulimit -v 2097152; exec "$1" info "$2"' _ "$DISKIMG" "$f"
+        run bounded "$DISKIMG" info "$f"
         assert_failure 1
         [[ ${#lines[@]} -eq 1 ]]
         assert_output --partial "$f: vdi"

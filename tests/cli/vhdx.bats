@@ -219,11 +219,9 @@ base_image() {
         base_image "$img"
         "$PYTHON3" "$CRAFT" "$img" ${op% rw}
         if [[ $op == *" rw" ]]; then
-            run --separate-stderr bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ \
-                "$DISKIMG" check -r all "$img"
+            run --separate-stderr bounded "$DISKIMG" check -r all "$img"
         else
-            run --separate-stderr bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ \
-                "$DISKIMG" info "$img"
+            run --separate-stderr bounded "$DISKIMG" info "$img"
         fi
         [[ $status == 1 ]] || { echo "$op: status $status: $stderr"; false; }
         [[ $stderr == "diskimg: $img: vhdx: "*"$want"* ]] || { echo "$op: $stderr"; false; }
@@ -241,7 +239,7 @@ base_image() {
     # a ring full of chained entries is replayed, once, in bounded time
     base_image "$img"
     "$PYTHON3" "$CRAFT" "$img" logring
-    run bash -c 'ulimit -v 2097152; timeout 10 "$@"' _ "$DISKIMG" check -r all "$img"
+    run bounded "$DISKIMG" check -r all "$img"
     assert_success
     run qemu-img check "$img"
     assert_success

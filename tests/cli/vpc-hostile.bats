@@ -8,14 +8,7 @@
 
 load '../helpers'
 
-setup() {
-    setup_test
-    # ASan reserves terabytes of address space: no limit there, timeout only.
-    AS_LIMIT="ulimit -v 2097152;"
-    if [[ $DISKIMG == *build-san* ]] || nm -D "$DISKIMG" 2>/dev/null | grep -q __asan_init; then
-        AS_LIMIT=""
-    fi
-}
+setup() { setup_test; }
 teardown() { cleanup_test; }
 
 CRAFT=$BATS_TEST_DIRNAME/vpc_craft.py
@@ -73,8 +66,7 @@ CRAFT=$BATS_TEST_DIRNAME/vpc_craft.py
     )
     for kind in "${!want[@]}"; do
         "$PYTHON3" "$CRAFT" hostile "$kind" "$TEST_DIR/base.vhd" "$TEST_DIR/h.vhd"
-        run bash -c "$AS_LIMIT"' timeout 10 "$1" convert -O raw "$2" "$3"' _ \
-            "$DISKIMG" "$TEST_DIR/h.vhd" "$TEST_DIR/out.raw"
+        run bounded "$DISKIMG" convert -O raw "$TEST_DIR/h.vhd" "$TEST_DIR/out.raw"
         [[ $status -eq 1 ]] || { echo "$kind: status $status: $output"; false; }
         [[ $output == *"h.vhd"*"${want[$kind]}"* ]] || { echo "$kind: $output"; false; }
     done

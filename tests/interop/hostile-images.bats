@@ -25,7 +25,7 @@ setup_file() {
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}abort_on_error=1:halt_on_error=1:print_stacktrace=1"
     # ASan reserves terabytes of address space: an address-space limit
     # would only break it, so the memory bound applies to plain builds.
-    if [[ $DISKIMG == *build-san* ]] || nm -D "$DISKIMG" 2>/dev/null | grep -q __asan_init; then
+    if diskimg_under_asan; then
         export ASAN_BUILD=1
     else
         export ASAN_BUILD=0
