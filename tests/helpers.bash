@@ -78,13 +78,16 @@ setup_test() {
 # start_server [serve options...] IMAGE
 # Serves on $SOCK (unix) unless the options name -p/-b (then set WAIT_PORT);
 # waits until the server accepts connections.  Sets SERVER_PID; the log
-# goes to $SERVER_LOG.
+# goes to $SERVER_LOG.  A socket a killed server left behind is removed
+# first: the wait below would otherwise find it and return before the new
+# server listens.
 start_server() {
     local listen=(-k "$SOCK")
     local a
     for a in "$@"; do
         case "$a" in -p|--port|--port=*|-b|--bind|--bind=*) listen=() ;; esac
     done
+    [[ ${#listen[@]} -eq 0 ]] || rm -f "$SOCK"
     "$DISKIMG" serve "${listen[@]}" "$@" 2>>"$SERVER_LOG" &
     SERVER_PID=$!
     wait_for_server
