@@ -81,6 +81,14 @@ int blk_pwrite_compressed(struct blk_node *n, uint64_t off, uint64_t len, const 
                           size_t clen);
 int blk_flush(struct blk_node *n);
 int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+/* Status of [off, off + len) of a format node that defers to 'backing'
+ * there (an unallocated cluster, grain or block; backing may be NULL):
+ * the backing image's answer one layer down, or zeroes where there is no
+ * backing image or off is past its end, which allocation depth counts as
+ * held by the backing file, as qemu does.  The zero answer has no
+ * filename or offset. */
+int blk_block_status_below(struct blk_node *backing, uint64_t off, uint64_t len,
+                           struct blk_extent *ext);
 int blk_prefetch(struct blk_node *n, uint64_t off, uint64_t len);
 int64_t blk_get_length(struct blk_node *n);
 int blk_truncate(struct blk_node *n, uint64_t len);

@@ -457,6 +457,27 @@ int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     return r;
 }
 
+int blk_block_status_below(struct blk_node *backing, uint64_t off, uint64_t len,
+                           struct blk_extent *ext)
+{
+    int64_t blen = backing ? blk_get_length(backing) : 0;
+
+    if (blen < 0) {
+        return (int)blen;
+    }
+    if (backing && off < (uint64_t)blen) {
+        int r = blk_block_status(backing, off, MIN(len, (uint64_t)blen - off), ext);
+        if (r < 0) {
+            return r;
+        }
+        ext->layer++;
+        ext->depth = ext->depth ? ext->depth + 1 : 0;
+        return 0;
+    }
+    *ext = (struct blk_extent){.length = len, .flags = BLK_EXT_ZERO, .depth = backing ? 2 : 0};
+    return 0;
+}
+
 int blk_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
 {
     int r = blk_check_request(n, off, len, BLK_KIND_READ);

@@ -98,33 +98,15 @@ static int qcow2_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     case QCOW2_COMPRESSED:
         ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED;
         break;
-    case QCOW2_UNALLOCATED: {
-        int64_t blen = s->backing ? blk_get_length(s->backing) : 0;
-        if (blen < 0) {
-            return (int)blen;
-        }
-        if (s->backing && (int64_t)off < blen) {
-            r = blk_block_status(s->backing, off, MIN(m.bytes, (uint64_t)blen - off), ext);
-            if (r < 0) {
-                return r;
-            }
-            ext->layer++;
-            ext->depth = ext->depth ? ext->depth + 1 : 0;
-            break;
-        }
-        /* Nothing beneath, or past the end of a short backing file: reads
-         * as zeroes, answered here; the zeroes past a backing file's end
-         * belong to that file for allocation depth. */
-        ext->flags = BLK_EXT_ZERO;
-        ext->depth = s->backing ? 2 : 0;
-        if (m.has_host) {
+    case QCOW2_UNALLOCATED:
+        r = blk_block_status_below(s->backing, off, m.bytes, ext);
+        if (r == 0 && !ext->layer && m.has_host) {
+            /* answered here as zeroes, over a cluster the file has */
             ext->flags |= BLK_EXT_OFFSET;
             ext->offset = m.host;
-        } else {
-            ext->filename = NULL;
+            ext->filename = s->file->filename;
         }
-        break;
-    }
+        return r;
     }
     return 0;
 }

@@ -409,34 +409,6 @@ static int vmdk_flush(struct blk_node *n)
     return r;
 }
 
-/* Grains this image does not hold: the parent's answer (one layer down),
- * or zeroes no image holds; zeroes past the end of a short parent belong
- * to the parent for allocation depth. */
-static int unallocated_status(struct vmdk_state *s, uint64_t off, uint64_t len,
-                              struct blk_extent *ext)
-{
-    int64_t plen = s->backing ? blk_get_length(s->backing) : 0;
-    int r;
-
-    if (plen < 0) {
-        return (int)plen;
-    }
-    if (s->backing && off < (uint64_t)plen) {
-        r = blk_block_status(s->backing, off, MIN(len, (uint64_t)plen - off), ext);
-        if (r < 0) {
-            return r;
-        }
-        ext->layer++;
-        ext->depth = ext->depth ? ext->depth + 1 : 0;
-        return 0;
-    }
-    memset(ext, 0, sizeof *ext);
-    ext->length = len;
-    ext->flags = BLK_EXT_ZERO;
-    ext->depth = s->backing ? 2 : 0;
-    return 0;
-}
-
 /* A flat extent is all data, and where its file has holes they read as
  * zeroes too (qemu asks the file the same way). */
 static int flat_status(struct vmdk_extent *e, struct blk_extent *ext)
@@ -499,7 +471,7 @@ static int vmdk_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
     ext->length = m.bytes;
     switch (m.kind) {
     case VMDK_MAP_UNALLOC:
-        return unallocated_status(s, off, m.bytes, ext);
+        return blk_block_status_below(s->backing, off, m.bytes, ext); /* the parent's */
     case VMDK_MAP_ZERO:
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         break;

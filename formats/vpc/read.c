@@ -274,25 +274,8 @@ int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         ext->filename = NULL;
         break;
-    case VPC_RUN_PARENT: {
-        int64_t plen = s->parent ? blk_get_length(s->parent) : 0;
-        if (plen < 0) {
-            return (int)plen;
-        }
-        if (s->parent && (int64_t)off < plen) {
-            r = blk_block_status(s->parent, off, MIN(run.bytes, (uint64_t)plen - off), ext);
-            if (r < 0) {
-                return r;
-            }
-            ext->layer++;
-            ext->depth = ext->depth ? ext->depth + 1 : 0;
-            break;
-        }
-        ext->flags = BLK_EXT_ZERO;
-        ext->depth = s->parent ? 2 : 0;
-        ext->filename = NULL;
-        break;
-    }
+    case VPC_RUN_PARENT:
+        return blk_block_status_below(s->parent, off, run.bytes, ext);
     }
     return 0;
 }
