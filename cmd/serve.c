@@ -305,6 +305,7 @@ static int serve_run(int argc, char **argv)
     struct nbd_server *srv = NULL;
     struct nbd_tls *tls = NULL;
     int ready_fd = -1, r, status = EXIT_ERROR;
+    bool pid_written = false;
 
     r = serve_parse(&o, argc, argv);
     if (r) {
@@ -325,11 +326,14 @@ static int serve_run(int argc, char **argv)
     if (r == 0) {
         r = serve_open_exports(&o, srv);
     }
-    if (r == 0) {
-        r = serve_listen(srv, &o);
-    }
+    /* The pid file before the socket: whoever sees the socket can read
+     * the pid file too. */
     if (r == 0 && o.pid_file) {
         r = serve_write_pid_file(o.pid_file);
+        pid_written = r == 0;
+    }
+    if (r == 0) {
+        r = serve_listen(srv, &o);
     }
     if (r < 0) {
         goto out;
@@ -361,8 +365,8 @@ out:
         status = EXIT_ERROR;
     }
     nbd_tls_free(tls);
-    if (o.pid_file && status == EXIT_OK) {
-        unlink(o.pid_file);
+    if (pid_written) {
+        unlink(o.pid_file); /* ours: never one we failed to write */
     }
     if (ready_fd >= 0) {
         char c = (char)status; /* the parent exits with it (EOF: 1) */
