@@ -141,20 +141,23 @@ static int read_locator(struct vpc_state *s, const struct vpc_locator *l, int64_
     return 0;
 }
 
-static bool usable(const char *path)
+/* Does the candidate exist?  Never asked under --untrusted (look false),
+ * where even a stat() of a path the image chose would tell a caller which
+ * of the host's files exist: the first name is the one refused. */
+static bool usable(const char *path, bool look)
 {
     struct stat st;
 
-    return path && stat(path, &st) == 0;
+    return look && path && stat(path, &st) == 0;
 }
 
 /* Take name (owned) as the parent if its file exists, or as the one to
  * name in the error when nothing better comes. */
-static void consider(struct vpc_state *s, char *name)
+static void consider(struct vpc_state *s, char *name, bool look)
 {
     char *path = name ? resolve(s, name) : NULL;
 
-    if (path && (!s->parent_path || usable(path))) {
+    if (path && (!s->parent_path || usable(path, look))) {
         free(s->parent_name);
         free(s->parent_path);
         s->parent_name = name;
@@ -165,7 +168,7 @@ static void consider(struct vpc_state *s, char *name)
     free(path);
 }
 
-int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h)
+int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h, bool look)
 {
     static const uint32_t order[] = {LOC_W2RU, LOC_W2KU};
     int64_t flen = blk_get_length(s->file);
@@ -173,8 +176,8 @@ int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h)
     if (flen < 0) {
         return (int)flen;
     }
-    for (size_t o = 0; o < 2 && !usable(s->parent_path); o++) {
-        for (int i = 0; i < 8 && !usable(s->parent_path); i++) {
+    for (size_t o = 0; o < 2 && !usable(s->parent_path, look); o++) {
+        for (int i = 0; i < 8 && !usable(s->parent_path, look); i++) {
             if (h->loc[i].code != order[o]) {
                 continue;
             }
@@ -183,10 +186,10 @@ int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h)
             if (r < 0) {
                 return r;
             }
-            consider(s, name);
+            consider(s, name, look);
         }
     }
-    if (!usable(s->parent_path)) {
+    if (!usable(s->parent_path, look)) {
         /* The Unicode name: the parent's file name, beside the image. */
         char *name = utf16_path(h->parent_name, 512, true);
         if (name && strchr(name, '/')) {
@@ -194,7 +197,7 @@ int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h)
             free(name);
             name = base && base[0] ? base : (free(base), NULL);
         }
-        consider(s, name);
+        consider(s, name, look);
     }
     if (!s->parent_name) {
         return err_setx(EINVAL, "%s: vpc: differencing image names no parent it can use",

@@ -176,7 +176,7 @@ static int open_dynamic(struct vpc_state *s, const struct blk_open_opts *opts, i
     if (!opts->read_only) {
         return err_setx(EROFS, "%s: vpc: differencing images are opened read-only", name);
     }
-    r = vpc_find_parent(s, &h);
+    r = vpc_find_parent(s, &h, !opts->untrusted);
     if (r < 0 || opts->no_backing) {
         return r;
     }

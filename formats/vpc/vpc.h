@@ -139,8 +139,10 @@ struct vpc_state {
     struct blk_node *parent;
 };
 
-/* parent.c */
-int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h);
+/* parent.c.  vpc_find_parent picks the first candidate whose file exists
+ * when look is set; without look (--untrusted) no path is looked at and
+ * the first candidate is the one named. */
+int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h, bool look);
 int vpc_open_parent(struct vpc_state *s, const struct blk_open_opts *opts, const uint8_t uuid[16]);
 int vpc_refuse_parent(struct vpc_state *s);
 
