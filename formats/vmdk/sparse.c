@@ -338,18 +338,29 @@ int vmdk_sparse_get_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t *
     return r;
 }
 
+bool vmdk_sparse_has_gt(const struct vmdk_extent *e, uint64_t grain)
+{
+    uint64_t gdi = grain / e->gtes;
+
+    return gdi < e->gd_n && e->gd[gdi] != 0;
+}
+
+int vmdk_sparse_no_gt_error(struct vmdk_extent *e, uint64_t grain)
+{
+    return vmdk_extent_error(e, ENOTSUP,
+                             "grain table %" PRIu64 " is not allocated, and diskimg (like qemu) "
+                             "does not add grain tables",
+                             grain / e->gtes);
+}
+
 int vmdk_sparse_set_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t value)
 {
     uint64_t gdi = grain / e->gtes;
     uint32_t *gt;
     int r;
 
-    if (gdi >= e->gd_n || e->gd[gdi] == 0) {
-        return vmdk_extent_error(e, ENOTSUP,
-                                 "grain table %" PRIu64
-                                 " is not allocated, and diskimg (like qemu) "
-                                 "does not add grain tables",
-                                 gdi);
+    if (!vmdk_sparse_has_gt(e, grain)) {
+        return vmdk_sparse_no_gt_error(e, grain);
     }
     r = load_gt_locked(e, (uint32_t)gdi, &gt);
     if (r < 0) {
@@ -594,10 +605,9 @@ static int write_step(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off,
     }
     /* every grain table on the way must exist */
     for (uint64_t i = 0; i < count; i++) {
-        uint64_t gdi = (grain + i) / e->gtes;
-        if (gdi >= e->gd_n || e->gd[gdi] == 0) {
+        if (!vmdk_sparse_has_gt(e, grain + i)) {
             pthread_mutex_unlock(&s->lock);
-            return vmdk_sparse_set_gte_locked(e, grain + i, 0);
+            return vmdk_sparse_no_gt_error(e, grain + i);
         }
     }
     e->next_alloc = host + count * e->grain;

@@ -131,8 +131,8 @@ static int append_grain(struct vmdk_state *s, uint64_t grain, const void *data, 
     if (r == 0 && gte != 0 && !(gte == VMDK_GTE_ZERO && e->zeroed_grain)) {
         r = stream_refuse(s, grain * e->grain, e->grain, "the grain is written already");
     }
-    if (r == 0 && (grain / e->gtes >= e->gd_n || e->gd[grain / e->gtes] == 0)) {
-        r = vmdk_sparse_set_gte_locked(e, grain, 0); /* says why */
+    if (r == 0 && !vmdk_sparse_has_gt(e, grain)) {
+        r = vmdk_sparse_no_gt_error(e, grain);
     }
     uint64_t host = e->next_alloc;
     uint64_t total = ROUND_UP(VMDK_MARKER_HDR + (uint64_t)clen, VMDK_SECTOR);

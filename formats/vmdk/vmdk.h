@@ -169,6 +169,10 @@ int vmdk_sparse_zero(struct vmdk_state *s, struct vmdk_extent *e, uint64_t off, 
 int vmdk_sparse_flush_locked(struct vmdk_extent *e);
 /* Set a grain table entry (in memory, dirty). */
 int vmdk_sparse_set_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t value);
+/* Does grain have a grain table to point from?  The directory is fixed
+ * once open, so no lock is needed to ask; the error says why not. */
+bool vmdk_sparse_has_gt(const struct vmdk_extent *e, uint64_t grain);
+int vmdk_sparse_no_gt_error(struct vmdk_extent *e, uint64_t grain);
 int vmdk_sparse_get_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t *value);
 int vmdk_inflate_grain(struct vmdk_extent *e, uint64_t marker_off, uint64_t grain_index,
                        uint8_t *out, uint64_t out_len);
