@@ -332,11 +332,16 @@ void nbd_conn_kill(struct nbd_conn *c)
     shutdown(c->fd, SHUT_RDWR);
 }
 
-bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why)
+bool nbd_conn_claim_drop(struct nbd_conn *c, enum nbd_drop_reason why)
 {
     int none = NBD_DROP_NONE;
 
-    if (!atomic_compare_exchange_strong(&c->drop, &none, (int)why)) {
+    return atomic_compare_exchange_strong(&c->drop, &none, (int)why);
+}
+
+bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why)
+{
+    if (!nbd_conn_claim_drop(c, why)) {
         return false; /* dropped already */
     }
     nbd_conn_kill(c); /* wakes whatever it waits in */

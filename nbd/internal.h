@@ -164,6 +164,9 @@ void nbd_conn_kill(struct nbd_conn *c);
 /* End the connection for a reason: sends and receives fail from now on
  * (blocked ones wake up).  Returns false if it was dropped already. */
 bool nbd_conn_drop(struct nbd_conn *c, enum nbd_drop_reason why);
+/* The first half of nbd_conn_drop: record why, without ending it yet
+ * (the caller logs, then calls nbd_conn_kill).  False if dropped already. */
+bool nbd_conn_claim_drop(struct nbd_conn *c, enum nbd_drop_reason why);
 
 /* handshake.c: returns 0 once in transmission phase, <0 to drop the client. */
 int nbd_handshake(struct nbd_conn *c);

@@ -134,7 +134,10 @@ bool nbd_failure_log_allowed(struct nbd_server *srv, uint64_t *suppressed)
 
 static void watchdog_drop(struct nbd_conn *c, enum nbd_drop_reason why, uint64_t waited_ns)
 {
-    if (!nbd_conn_drop(c, why)) {
+    /* Say why before the socket goes: once it is gone the slot is free,
+     * and the next client (or a test reading the log) may be served
+     * before a line written after it. */
+    if (!nbd_conn_claim_drop(c, why)) {
         return;
     }
     log_set_context(c->log_ctx);
@@ -151,6 +154,7 @@ static void watchdog_drop(struct nbd_conn *c, enum nbd_drop_reason why, uint64_t
         break; /* the connection's thread logs the handshake failure */
     }
     log_set_context(NULL);
+    nbd_conn_kill(c); /* wakes whatever it waits in */
 }
 
 void nbd_watchdog(struct nbd_server *srv)
