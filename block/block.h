@@ -342,10 +342,40 @@ struct blk_copy_opts {
     void *progress_opaque;
     /* Set (e.g. by a signal handler) to stop early with -EINTR. */
     volatile sig_atomic_t *cancel;
+    /* Non-NULL: receives the content checksum of the copied image, as
+     * blk_image_checksum computes it for the target, from the buffers the
+     * copy reads (claims then align to the hash block).  Not with
+     * top_only (the target's content includes a backing file it does not
+     * read): -EINVAL. */
+    uint8_t *checksum;
+    /* The target's virtual size for the checksum (0: dst's size); past
+     * the source's end the target reads as zeroes, or is read. */
+    uint64_t checksum_size;
 };
 
 /* Copy the whole of src into dst (dst at least as large). */
 int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *o);
+
+/* ---- Content checksums (diskimg checksum) ---- */
+
+/* The checksum of an image's guest-visible content: independent of the
+ * format, of allocation and of holes; the virtual size is part of it.
+ * The algorithm is specified in diskimg-checksum(1). */
+#define BLK_CHECKSUM_LEN 32
+#define BLK_CHECKSUM_ALGORITHM "dkh1-sha256"
+
+struct blk_checksum_opts {
+    unsigned workers;     /* threads reading and hashing (0: one per core, at least 8) */
+    uint64_t buffer_size; /* bytes per read (0: 4 MiB) */
+    void (*progress)(void *opaque, uint64_t done, uint64_t total);
+    void *progress_opaque;
+    volatile sig_atomic_t *cancel; /* stop early with -EINTR */
+};
+
+/* Read what holds data (block status: zero ranges are never read) and
+ * hash it on all workers.  o may be NULL. */
+int blk_image_checksum(struct blk_image *img, const struct blk_checksum_opts *o,
+                       uint8_t out[BLK_CHECKSUM_LEN]);
 
 /* ---- Creating images (qemu-img create) ---- */
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "hasher.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
@@ -30,6 +31,16 @@ struct copy {
     uint64_t size;
     uint64_t buffer;
     uint64_t cluster; /* compression unit */
+    /* Claims start and end on multiples of this (0: anywhere): the
+     * compression cluster, and the hash block with a checksum. */
+    uint64_t align;
+    /* --checksum: the target's content, from the buffers read (NULL: none). */
+    struct blk_hasher *hasher;
+    /* Checksum of a target larger than the source (or with a partial last
+     * block) whose tail is not known to read as zeroes: the block where
+     * the source ends, and what follows it, are read from the target
+     * afterwards, so the copy hashes only up to hash_end. */
+    uint64_t hash_end;
     /* Room for one compressed cluster: the cluster, or for a target
      * that takes only compressed clusters (whatever deflate makes of
      * incompressible data) a little more. */
@@ -87,17 +98,17 @@ static int claim_next_locked(struct copy *c, struct claim *cl)
     }
     uint64_t max = cl->kind == CLAIM_DATA ? c->buffer : MAX_ZERO_CLAIM;
     uint64_t end = cl->start + MIN(ext.length, max);
-    if (c->o->compress) {
-        /* Whole clusters only (claims start on a cluster boundary). */
+    if (c->align) {
+        /* Whole clusters or hash blocks only (claims start on a boundary). */
         uint64_t ext_end = end;
-        end = MIN(ROUND_UP(ext_end, c->cluster), c->size);
+        end = MIN(ROUND_UP(ext_end, c->align), c->size);
         if (cl->kind != CLAIM_DATA && end > ext_end) {
-            uint64_t aligned = ROUND_DOWN(ext_end, c->cluster);
+            uint64_t aligned = ROUND_DOWN(ext_end, c->align);
             if (aligned > cl->start) {
-                end = aligned; /* stop before the mixed cluster */
+                end = aligned; /* stop before the mixed unit */
             } else {
-                cl->kind = CLAIM_DATA; /* one mixed cluster: read and compress it whole */
-                end = MIN(cl->start + c->cluster, c->size);
+                cl->kind = CLAIM_DATA; /* one mixed unit: read (and compress) it whole */
+                end = MIN(cl->start + c->align, c->size);
             }
         }
         if (cl->kind == CLAIM_DATA) {
@@ -245,6 +256,19 @@ static int write_compressed(struct copy *c, const struct claim *cl, const struct
     return 0;
 }
 
+/* Give the claim's content to the checksum, in the worker (hashing runs
+ * on every core; the hasher puts the pieces in order). */
+static int hash_claim(struct copy *c, const struct claim *cl, const struct worker_bufs *w)
+{
+    uint64_t len = MIN(cl->start + cl->len, c->hash_end) - MIN(cl->start, c->hash_end);
+
+    if (!c->hasher || len == 0 || cl->kind == CLAIM_SKIP) {
+        return 0;
+    }
+    return cl->kind == CLAIM_DATA ? blk_hasher_data(c->hasher, cl->start, w->data, len)
+                                  : blk_hasher_zero(c->hasher, cl->start, len);
+}
+
 static int process_claim(struct copy *c, const struct claim *cl, struct worker_bufs *w,
                          const uint8_t *zeroes)
 {
@@ -255,6 +279,9 @@ static int process_claim(struct copy *c, const struct claim *cl, struct worker_b
         if (r == 0 && c->o->compress) {
             r = compress_claim(c, cl, w);
         }
+    }
+    if (r == 0) {
+        r = hash_claim(c, cl, w);
     }
     if (r < 0) {
         return r;
@@ -330,6 +357,67 @@ static void *copy_worker(void *arg)
     return NULL;
 }
 
+/* The target's virtual size, for its checksum. */
+static uint64_t checksum_size(const struct copy *c)
+{
+    return c->o->checksum_size ? c->o->checksum_size : blk_image_size(c->dst);
+}
+
+/* --checksum: the hasher, claims aligned to its blocks, and how far the
+ * copy's own reads are the target's content. */
+static int checksum_start(struct copy *c)
+{
+    const struct blk_copy_opts *o = c->o;
+    uint64_t size = checksum_size(c);
+
+    if (!o->checksum) {
+        return 0;
+    }
+    if (o->top_only) {
+        return err_setx(EINVAL, "a checksum of the copy cannot be computed with -B: the "
+                                "target's content includes its backing file, which the copy "
+                                "does not read");
+    }
+    if (size < c->size) {
+        return err_setx(EINVAL, "checksum of %" PRIu64 " bytes for a copy of %" PRIu64 " bytes",
+                        size, c->size);
+    }
+    c->hash_end = c->size;
+    if (!o->target_is_zero && size > c->size) {
+        if (size > blk_image_size(c->dst)) {
+            return err_setx(EINVAL,
+                            "checksum: the target's tail past %" PRIu64
+                            " bytes is neither known to be zero nor readable",
+                            blk_image_size(c->dst));
+        }
+        c->hash_end = ROUND_DOWN(c->size, BLK_HASH_BLOCK); /* the rest: read from dst */
+    }
+    c->align = MAX(c->align, (uint64_t)BLK_HASH_BLOCK);
+    c->buffer = MAX(ROUND_DOWN(c->buffer, c->align), c->align);
+    return blk_hasher_new(size, &c->hasher);
+}
+
+/* After the copy: the target's tail past the source, then the checksum. */
+static int checksum_finish(struct copy *c)
+{
+    const struct blk_copy_opts *o = c->o;
+    uint64_t size = checksum_size(c), from = ROUND_UP(c->size, (uint64_t)BLK_HASH_BLOCK);
+    int r = 0;
+
+    if (!c->hasher) {
+        return 0;
+    }
+    if (o->target_is_zero) {
+        if (size > from) {
+            r = blk_hasher_zero(c->hasher, from, size - from);
+        }
+    } else if (c->hash_end < size) {
+        struct blk_checksum_opts ro = {.workers = o->workers, .cancel = o->cancel};
+        r = blk_hasher_read(c->hasher, c->dst, c->hash_end, size, &ro);
+    }
+    return r < 0 ? r : blk_hasher_final(c->hasher, o->checksum);
+}
+
 int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *opts)
 {
     struct blk_copy_opts local = *opts;
@@ -355,10 +443,16 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
             return err_setx(ENOTSUP,
                             "compression needs a target format with clusters (qcow2, vmdk)");
         }
+        c.align = c.cluster;
         c.buffer = MAX(ROUND_DOWN(c.buffer, c.cluster), c.cluster);
         c.slot = blk_image_compressed_only(dst) ? c.cluster + c.cluster / 8 + 1024 : c.cluster;
     }
+    int r = checksum_start(&c);
+    if (r < 0) {
+        return r;
+    }
     if (posix_memalign(&zeroes, 4096, c.buffer) != 0) {
+        blk_hasher_free(c.hasher);
         return err_set(ENOMEM, "copy buffer");
     }
     memset(zeroes, 0, c.buffer);
@@ -382,10 +476,12 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     free(zeroes);
     if (c.err) {
         err_setx(-c.err, "%s", c.msg);
-        return c.err;
+        r = c.err;
+    } else if (o->cancel && *o->cancel) {
+        r = err_setx(EINTR, "interrupted");
+    } else {
+        r = checksum_finish(&c);
     }
-    if (o->cancel && *o->cancel) {
-        return err_setx(EINTR, "interrupted");
-    }
-    return 0;
+    blk_hasher_free(c.hasher);
+    return r;
 }
