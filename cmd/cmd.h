@@ -39,6 +39,7 @@ extern const struct cmd cmd_resize;
 extern const struct cmd cmd_convert;
 extern const struct cmd cmd_compare;
 extern const struct cmd cmd_bench;
+extern const struct cmd cmd_checksum;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -100,6 +101,10 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
     "                         client-key.pem (a server may require them), ca-crl.pem\n"            \
     "      --tls-psk=FILE     nbds:// pre-shared keys (psktool format)\n"                          \
     "      --tls-username=ID  PSK identity (default: the file's first)\n"
+
+/* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
+ * "HASH  NAME", NAME escaped as sha256sum escapes it. */
+void cmd_print_checksum(const uint8_t *sum, const char *name);
 
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);

@@ -39,7 +39,7 @@ static void convert_usage(FILE *f)
             "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
             "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
-            "                       [--progress=human|json] SRC DST\n"
+            "                       [--progress=human|json] [--checksum] SRC DST\n"
             "\n"
             "Copy image SRC into DST.  Either may be a file or an NBD URI\n"
             "(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Holes and zeroes\n"
@@ -67,6 +67,8 @@ static void convert_usage(FILE *f)
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
             "  -p                progress on stderr (percent, rate, time left)\n"
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
+            "      --checksum    print the checksum of DST's content (diskimg-checksum(1)),\n"
+            "                    computed from what the copy reads: HASH  DST\n"
             "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
             "  -h, --help        this help\n"
             "\n"
@@ -92,6 +94,7 @@ struct convert_opts {
     bool quiet;
     struct cmd_progress progress;
     bool progress_on, progress_json;
+    uint8_t checksum[BLK_CHECKSUM_LEN];
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -104,11 +107,12 @@ static int parse_cache(const char *arg, enum blk_cache_mode *out)
 
 static int convert_parse(struct convert_opts *o, int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256, OPT_PROGRESS };
+    enum { OPT_TARGET_IS_ZERO = 256, OPT_PROGRESS, OPT_CHECKSUM };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"progress", required_argument, NULL, OPT_PROGRESS},
+        {"checksum", no_argument, NULL, OPT_CHECKSUM},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
@@ -201,6 +205,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             o->progress_on = true;
             o->progress_json = strcmp(optarg, "json") == 0;
             break;
+        case OPT_CHECKSUM:
+            o->copy.checksum = o->checksum;
+            break;
         case ':':
             return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -252,6 +259,11 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     }
     if (o->create.backing_format && !o->create.backing_file) {
         return cmd_usage_error("convert", "-F names the format of the -B backing file");
+    }
+    if (o->copy.checksum && o->copy.top_only) {
+        return cmd_usage_error("convert", "--checksum cannot be used with -B: the target's "
+                                          "content includes its backing file, which convert "
+                                          "does not read");
     }
     if (o->src.untrusted && o->create.backing_file) {
         return cmd_usage_error("convert", "-B gives the target a backing file to read, which "
@@ -386,6 +398,9 @@ out:
     }
     blk_file_lock_release(hold); /* (after the unlink: nobody else had it meanwhile) */
     free(summary);
+    if (status == EXIT_OK && o.copy.checksum) {
+        cmd_print_checksum(o.checksum, o.dst.filename);
+    }
     return status;
 }
 

@@ -92,3 +92,30 @@ void cmd_size_str(uint64_t bytes, char *buf, size_t len)
     }
     snprintf(buf, len, "%0.3g %s", v, units[i]);
 }
+
+/* The name as sha256sum prints it: a name with a backslash, a newline or
+ * a carriage return has them escaped and the line starts with '\'. */
+void cmd_print_checksum(const uint8_t *sum, const char *name)
+{
+    bool esc = strpbrk(name, "\\\n\r") != NULL;
+
+    if (esc) {
+        putchar('\\');
+    }
+    for (unsigned i = 0; i < BLK_CHECKSUM_LEN; i++) {
+        printf("%02x", sum[i]);
+    }
+    fputs("  ", stdout);
+    for (const char *p = name; *p; p++) {
+        if (esc && *p == '\\') {
+            fputs("\\\\", stdout);
+        } else if (esc && *p == '\n') {
+            fputs("\\n", stdout);
+        } else if (esc && *p == '\r') {
+            fputs("\\r", stdout);
+        } else {
+            putchar(*p);
+        }
+    }
+    putchar('\n');
+}
