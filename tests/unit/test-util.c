@@ -8,6 +8,7 @@
 #include "check.h"
 #include "common/bufpool.h"
 #include "common/bytes.h"
+#include "common/cpus.h"
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/histogram.h"
@@ -362,12 +363,25 @@ static void test_bytes(void)
     CHECK(b[0] == 1 && b[7] == 0 && get_le64(b) == 1);
 }
 
+static void test_cpus(void)
+{
+    CHECK(cpus_from_quota(200000, 100000) == 2);
+    CHECK(cpus_from_quota(150000, 100000) == 2); /* rounded up */
+    CHECK(cpus_from_quota(50000, 100000) == 1);
+    CHECK(cpus_from_quota(-1, 100000) == 0); /* v1: no quota */
+    CHECK(cpus_from_quota(100000, 0) == 0);
+    unsigned n = cpus_usable();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(n >= 1 && (online <= 0 || n <= (unsigned)online));
+}
+
 int main(void)
 {
     RUN(test_parse_size);
     RUN(test_parse_uint_bool);
     RUN(test_buffer_is_zero);
     RUN(test_bytes);
+    RUN(test_cpus);
     RUN(test_iov);
     RUN(test_histogram);
     RUN(test_json);
