@@ -41,6 +41,7 @@ enum blk_extent_flags {
     BLK_EXT_ZERO = 1u << 1,      /* reads as zeroes */
     BLK_EXT_ALLOCATED = 1u << 2, /* allocated at this layer (vs a backing file) */
     BLK_EXT_OFFSET = 1u << 3,    /* 'offset' is the data's place in the protocol file */
+    BLK_EXT_INFLATE = 1u << 4,   /* with DATA: stored compressed, reading costs CPU */
 };
 struct blk_extent {
     uint64_t length;

@@ -6,7 +6,12 @@
  * with data is read whole and then split at min_sparse granularity, so
  * zeroes written as data become holes too.  Reads overlap freely; writes
  * land in offset order unless out-of-order writes were asked for, which
- * keeps a growable target (qcow2) laid out sequentially. */
+ * keeps a growable target (qcow2) laid out sequentially.
+ *
+ * Compressing and inflating cost CPU, not I/O, so the workers are as many
+ * as the usable CPUs when that is more than -m; -m still bounds the
+ * requests in flight: every read and write takes one of -m I/O slots,
+ * except the read of compressed source data, which inflates as it reads. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -16,12 +21,14 @@
 #include "block.h"
 #include "hasher.h"
 #include "common/cleanup.h"
+#include "common/cpus.h"
 #include "common/error.h"
 #include "common/util.h"
 
 #define DEFAULT_BUFFER (2u << 20)
 #define MAX_ZERO_CLAIM (1ULL << 30) /* one zero claim at most (progress stays smooth) */
-#define MAX_WORKERS 64
+#define MAX_WORKERS 64              /* -m */
+#define MAX_THREADS 256             /* workers, when there are more CPUs than -m */
 
 enum claim_kind { CLAIM_DATA, CLAIM_ZERO, CLAIM_SKIP };
 
@@ -47,6 +54,9 @@ struct copy {
     uint64_t slot;
     pthread_mutex_t lock;
     pthread_cond_t turn;
+    pthread_cond_t io_free;
+    unsigned io_limit;   /* -m */
+    unsigned io_busy;    /* under lock */
     uint64_t next_claim; /* under lock */
     uint64_t next_write; /* under lock: in-order writes */
     uint64_t done;       /* under lock */
@@ -57,6 +67,7 @@ struct copy {
 struct claim {
     uint64_t start, len;
     enum claim_kind kind;
+    bool inflates; /* the source stores some of it compressed */
 };
 
 static bool copy_failed_locked(struct copy *c)
@@ -72,7 +83,59 @@ static void copy_fail(struct copy *c, int r)
         snprintf(c->msg, sizeof c->msg, "%s", err_msg_or(r));
     }
     pthread_cond_broadcast(&c->turn);
+    pthread_cond_broadcast(&c->io_free);
     pthread_mutex_unlock(&c->lock);
+}
+
+/* Take one of the -m I/O slots (reads and writes, not the CPU work). */
+static void io_begin(struct copy *c)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->io_busy >= c->io_limit && !copy_failed_locked(c)) {
+        pthread_cond_wait(&c->io_free, &c->lock);
+    }
+    c->io_busy++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void io_end(struct copy *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->io_busy--;
+    pthread_cond_signal(&c->io_free);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static enum claim_kind extent_kind(const struct copy *c, const struct blk_extent *ext)
+{
+    if (c->o->top_only && ext->depth != 1) {
+        return CLAIM_SKIP; /* the target's backing file has it */
+    }
+    if ((ext->flags & BLK_EXT_ZERO) && c->o->min_sparse) {
+        return CLAIM_ZERO;
+    }
+    return CLAIM_DATA;
+}
+
+/* A data extent can be short (a compressed source answers one cluster at
+ * a time): take the data extents after it too, up to a buffer, so that a
+ * claim is not a single cluster and workers do not queue for every one. */
+static int extend_data_locked(struct copy *c, struct claim *cl, uint64_t *len)
+{
+    while (*len < c->buffer && cl->start + *len < c->size) {
+        struct blk_extent ext;
+        uint64_t off = cl->start + *len;
+        int r = blk_image_block_status(c->src, off, c->size - off, &ext);
+        if (r < 0) {
+            return r;
+        }
+        if (extent_kind(c, &ext) != CLAIM_DATA) {
+            break;
+        }
+        cl->inflates |= !!(ext.flags & BLK_EXT_INFLATE);
+        *len += ext.length;
+    }
+    return 0;
 }
 
 /* Claim the next homogeneous range.  Returns 1 when there is none left. */
@@ -89,12 +152,13 @@ static int claim_next_locked(struct copy *c, struct claim *cl)
     if (r < 0) {
         return r;
     }
-    if (c->o->top_only && ext.depth != 1) {
-        cl->kind = CLAIM_SKIP; /* the target's backing file has it */
-    } else if ((ext.flags & BLK_EXT_ZERO) && c->o->min_sparse) {
-        cl->kind = CLAIM_ZERO;
-    } else {
-        cl->kind = CLAIM_DATA;
+    cl->kind = extent_kind(c, &ext);
+    cl->inflates = ext.flags & BLK_EXT_INFLATE;
+    if (cl->kind == CLAIM_DATA) {
+        r = extend_data_locked(c, cl, &ext.length);
+        if (r < 0) {
+            return r;
+        }
     }
     uint64_t max = cl->kind == CLAIM_DATA ? c->buffer : MAX_ZERO_CLAIM;
     uint64_t end = cl->start + MIN(ext.length, max);
@@ -275,7 +339,13 @@ static int process_claim(struct copy *c, const struct claim *cl, struct worker_b
     int r = 0;
 
     if (cl->kind == CLAIM_DATA) {
+        if (!cl->inflates) {
+            io_begin(c);
+        }
         r = blk_image_pread(c->src, cl->start, w->data, cl->len);
+        if (!cl->inflates) {
+            io_end(c);
+        }
         if (r == 0 && c->o->compress) {
             r = compress_claim(c, cl, w);
         }
@@ -293,6 +363,7 @@ static int process_claim(struct copy *c, const struct claim *cl, struct worker_b
     if (stop) {
         return 0;
     }
+    io_begin(c);
     switch (cl->kind) {
     case CLAIM_SKIP:
         break;
@@ -304,6 +375,7 @@ static int process_claim(struct copy *c, const struct claim *cl, struct worker_b
                            : write_sparse(c, cl->start, w->data, cl->len, zeroes);
         break;
     }
+    io_end(c);
     return r;
 }
 
@@ -423,8 +495,9 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     struct blk_copy_opts local = *opts;
     const struct blk_copy_opts *o = &local;
     struct copy c = {.src = src, .dst = dst, .o = o};
-    unsigned n = MIN(MAX(o->workers, 1u), (unsigned)MAX_WORKERS);
-    pthread_t tid[MAX_WORKERS];
+    unsigned m = MIN(MAX(o->workers, 1u), (unsigned)MAX_WORKERS);
+    unsigned n = MIN(MAX(m, cpus_usable()), (unsigned)MAX_THREADS);
+    pthread_t tid[MAX_THREADS];
     struct worker_arg wa = {&c, NULL};
     unsigned started = 0;
     void *zeroes = NULL;
@@ -459,6 +532,8 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     wa.zeroes = zeroes;
     pthread_mutex_init(&c.lock, NULL);
     pthread_cond_init(&c.turn, NULL);
+    pthread_cond_init(&c.io_free, NULL);
+    c.io_limit = m;
     for (unsigned i = 0; i < n; i++) {
         if (pthread_create(&tid[i], NULL, copy_worker, &wa) != 0) {
             break;
@@ -473,6 +548,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     }
     pthread_mutex_destroy(&c.lock);
     pthread_cond_destroy(&c.turn);
+    pthread_cond_destroy(&c.io_free);
     free(zeroes);
     if (c.err) {
         err_setx(-c.err, "%s", c.msg);

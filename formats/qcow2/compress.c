@@ -39,104 +39,15 @@ void qcow2_compressed_range(const struct qcow2_state *s, uint64_t l2_entry, uint
     *bytes = ROUND_UP(coffset + csize, s->cluster_size) - *offset;
 }
 
-static int inflate_zlib(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len)
-{
-    z_stream z = {0};
-    int ret;
-
-    if (inflateInit2(&z, -12) != Z_OK) {
-        return -ENOMEM;
-    }
-    z.next_in = (Bytef *)in;
-    z.avail_in = (uInt)in_len;
-    z.next_out = out;
-    z.avail_out = (uInt)out_len;
-    ret = inflate(&z, Z_FINISH);
-    inflateEnd(&z);
-    /* The output must be exactly one cluster; the input may have slack. */
-    if ((ret == Z_STREAM_END || ret == Z_BUF_ERROR) && z.avail_out == 0) {
-        return 0;
-    }
-    return -EIO;
-}
-
-#ifdef HAVE_ZSTD
-static int inflate_zstd(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_len)
-{
-    ZSTD_DCtx *dctx = ZSTD_createDCtx();
-    ZSTD_inBuffer ib = {in, in_len, 0};
-    ZSTD_outBuffer ob = {out, out_len, 0};
-    size_t ret = 1;
-
-    if (!dctx) {
-        return -ENOMEM;
-    }
-    while (ob.pos < ob.size) {
-        size_t in_before = ib.pos, out_before = ob.pos;
-        ret = ZSTD_decompressStream(dctx, &ob, &ib);
-        if (ZSTD_isError(ret) || (ib.pos == in_before && ob.pos == out_before)) {
-            ret = 1;
-            break; /* error, or no progress: truncated or bogus stream */
-        }
-        if (ret == 0 && ob.pos < ob.size) {
-            ret = 1; /* the frame ended before the cluster was full */
-            break;
-        }
-    }
-    ZSTD_freeDCtx(dctx);
-    return ret == 0 && ob.pos == ob.size ? 0 : -EIO;
-}
-#endif
-
-int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *out)
-{
-    uint64_t coffset, csize;
-    int r;
-
-    parse_descriptor(s, l2_entry, &coffset, &csize);
-    int64_t file_len = blk_get_length(s->file);
-    if (coffset >= QCOW2_MAX_HOST_OFFSET || coffset < s->cluster_size || file_len < 0 ||
-        coffset >= (uint64_t)file_len) {
-        return err_setx(EIO, "qcow2: compressed cluster at invalid offset 0x%" PRIx64, coffset);
-    }
-    /* The descriptor counts whole sectors; the last one of a file written
-     * without padding is short.  What is missing was never data. */
-    csize = MIN(csize, (uint64_t)file_len - coffset);
-    CLEANUP_FREE uint8_t *in = malloc(csize);
-    if (!in) {
-        return err_set(ENOMEM, "qcow2: compressed cluster of %" PRIu64 " bytes", csize);
-    }
-    r = blk_pread(s->file, coffset, in, csize);
-    if (r < 0) {
-        return r;
-    }
-    if (s->hdr.compression_type == QCOW2_COMPRESSION_ZSTD) {
-#ifdef HAVE_ZSTD
-        r = inflate_zstd(in, csize, out, s->cluster_size);
-#else
-        return err_setx(ENOTSUP, "qcow2: zstd-compressed clusters need a build with libzstd");
-#endif
-    } else {
-        r = inflate_zlib(in, csize, out, s->cluster_size);
-    }
-    if (r < 0) {
-        return err_setx(-r,
-                        "qcow2: compressed cluster at 0x%" PRIx64 " (%" PRIu64
-                        " bytes) does not decompress to one cluster",
-                        coffset, csize);
-    }
-    return 0;
-}
-
-/* ---- compression (convert -c) ---- */
-
 /* Each thread keeps its codec state: setting up deflate costs more than
- * compressing a small cluster. */
+ * compressing a small cluster, and a zstd context for inflating is
+ * larger than the cluster it inflates. */
 struct codec_state {
-    z_stream z;
-    bool z_ready;
+    z_stream z, unz;
+    bool z_ready, unz_ready;
 #ifdef HAVE_ZSTD
     ZSTD_CCtx *zstd;
+    ZSTD_DCtx *unzstd;
 #endif
 };
 
@@ -150,8 +61,12 @@ static void codec_free(void *p)
     if (cs->z_ready) {
         deflateEnd(&cs->z);
     }
+    if (cs->unz_ready) {
+        inflateEnd(&cs->unz);
+    }
 #ifdef HAVE_ZSTD
     ZSTD_freeCCtx(cs->zstd);
+    ZSTD_freeDCtx(cs->unzstd);
 #endif
     free(cs);
 }
@@ -175,6 +90,108 @@ static struct codec_state *codec_get(void)
     }
     return cs;
 }
+
+static int inflate_zlib(struct codec_state *cs, const uint8_t *in, size_t in_len, uint8_t *out,
+                        size_t out_len)
+{
+    z_stream *z = &cs->unz;
+    int ret;
+
+    if (!cs->unz_ready) {
+        if (inflateInit2(z, -12) != Z_OK) {
+            return -ENOMEM;
+        }
+        cs->unz_ready = true;
+    } else if (inflateReset(z) != Z_OK) {
+        return -EIO;
+    }
+    z->next_in = (Bytef *)in;
+    z->avail_in = (uInt)in_len;
+    z->next_out = out;
+    z->avail_out = (uInt)out_len;
+    ret = inflate(z, Z_FINISH);
+    /* The output must be exactly one cluster; the input may have slack. */
+    if ((ret == Z_STREAM_END || ret == Z_BUF_ERROR) && z->avail_out == 0) {
+        return 0;
+    }
+    return -EIO;
+}
+
+#ifdef HAVE_ZSTD
+static int inflate_zstd(struct codec_state *cs, const uint8_t *in, size_t in_len, uint8_t *out,
+                        size_t out_len)
+{
+    ZSTD_inBuffer ib = {in, in_len, 0};
+    ZSTD_outBuffer ob = {out, out_len, 0};
+    size_t ret = 1;
+
+    if (!cs->unzstd && !(cs->unzstd = ZSTD_createDCtx())) {
+        return -ENOMEM;
+    }
+    ZSTD_DCtx *dctx = cs->unzstd;
+    /* A stream left mid-frame by a bad cluster must not leak into this one. */
+    ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+    while (ob.pos < ob.size) {
+        size_t in_before = ib.pos, out_before = ob.pos;
+        ret = ZSTD_decompressStream(dctx, &ob, &ib);
+        if (ZSTD_isError(ret) || (ib.pos == in_before && ob.pos == out_before)) {
+            ret = 1;
+            break; /* error, or no progress: truncated or bogus stream */
+        }
+        if (ret == 0 && ob.pos < ob.size) {
+            ret = 1; /* the frame ended before the cluster was full */
+            break;
+        }
+    }
+    return ret == 0 && ob.pos == ob.size ? 0 : -EIO;
+}
+#endif
+
+int qcow2_decompress_cluster(struct qcow2_state *s, uint64_t l2_entry, uint8_t *out)
+{
+    uint64_t coffset, csize;
+    int r;
+
+    struct codec_state *cs = codec_get();
+    if (!cs) {
+        return err_set(ENOMEM, "qcow2: compression state");
+    }
+    parse_descriptor(s, l2_entry, &coffset, &csize);
+    int64_t file_len = blk_get_length(s->file);
+    if (coffset >= QCOW2_MAX_HOST_OFFSET || coffset < s->cluster_size || file_len < 0 ||
+        coffset >= (uint64_t)file_len) {
+        return err_setx(EIO, "qcow2: compressed cluster at invalid offset 0x%" PRIx64, coffset);
+    }
+    /* The descriptor counts whole sectors; the last one of a file written
+     * without padding is short.  What is missing was never data. */
+    csize = MIN(csize, (uint64_t)file_len - coffset);
+    CLEANUP_FREE uint8_t *in = malloc(csize);
+    if (!in) {
+        return err_set(ENOMEM, "qcow2: compressed cluster of %" PRIu64 " bytes", csize);
+    }
+    r = blk_pread(s->file, coffset, in, csize);
+    if (r < 0) {
+        return r;
+    }
+    if (s->hdr.compression_type == QCOW2_COMPRESSION_ZSTD) {
+#ifdef HAVE_ZSTD
+        r = inflate_zstd(cs, in, csize, out, s->cluster_size);
+#else
+        return err_setx(ENOTSUP, "qcow2: zstd-compressed clusters need a build with libzstd");
+#endif
+    } else {
+        r = inflate_zlib(cs, in, csize, out, s->cluster_size);
+    }
+    if (r < 0) {
+        return err_setx(-r,
+                        "qcow2: compressed cluster at 0x%" PRIx64 " (%" PRIu64
+                        " bytes) does not decompress to one cluster",
+                        coffset, csize);
+    }
+    return 0;
+}
+
+/* ---- compression (convert -c) ---- */
 
 int qcow2_compress_cluster(struct qcow2_state *s, const uint8_t *in, uint8_t *out, size_t cap,
                            size_t *out_len)

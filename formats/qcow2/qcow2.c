@@ -96,7 +96,7 @@ static int qcow2_block_status(struct blk_node *n, uint64_t off, uint64_t len,
         ext->flags = BLK_EXT_ZERO | BLK_EXT_ALLOCATED;
         break;
     case QCOW2_COMPRESSED:
-        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED;
+        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_INFLATE;
         break;
     case QCOW2_UNALLOCATED:
         r = blk_block_status_below(s->backing, off, m.bytes, ext);

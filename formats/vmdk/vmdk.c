@@ -480,7 +480,7 @@ static int vmdk_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
         ext->offset = m.host;
         break;
     case VMDK_MAP_COMPRESSED:
-        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED;
+        ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_INFLATE;
         break;
     }
     return 0;
