@@ -392,12 +392,20 @@ struct blk_create_opts {
     const char *options;        /* -o key=value,... (format specific) */
     bool no_open_backing;       /* -u: trust size and backing format as given */
     bool untrusted;             /* --untrusted: open the backing file alone, for its size */
+    /* Reproducible output (SOURCE_DATE_EPOCH, --reproducible): every time
+     * the format stores is epoch (seconds since 1970, clamped to what the
+     * field holds) and every ID is derived from the format, options and
+     * size (blk_create_uuid), never random.  Else: now, and random IDs. */
+    bool reproducible;
+    uint64_t epoch;
     /* Non-NULL: the file's locks stay held here after blk_create returns
      * (until blk_file_lock_release), keeping other processes out until the
      * caller has opened the new image itself (convert). */
     struct blk_file_lock **keep_lock;
 };
 void blk_file_lock_release(struct blk_file_lock *l);
+/* The time a new image records: o->epoch when reproducible, else now. */
+uint64_t blk_create_time(const struct blk_create_opts *o);
 
 /* Lock the file (creating it if missing), then truncate and format it: a
  * file another process uses stays as it was (BLK_E_IN_USE).  *summary

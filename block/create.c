@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -17,6 +18,13 @@ const char *blk_create_options_help(const char *format)
     const struct blk_driver *drv = blk_find_driver(format);
 
     return drv ? drv->create_help : NULL;
+}
+
+uint64_t blk_create_time(const struct blk_create_opts *o)
+{
+    time_t now = time(NULL);
+
+    return o->reproducible ? o->epoch : now > 0 ? (uint64_t)now : 0;
 }
 
 /* The formats that can be created, as "raw, qcow2", for messages. */

@@ -105,6 +105,21 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */
 void cmd_print_checksum(const uint8_t *sum, const char *name);
+/* Reproducible output (convert, create; cmd/reproducible.c): on with
+ * --reproducible (flag) or whenever SOURCE_DATE_EPOCH is set; sets
+ * o->reproducible and o->epoch (the variable, else 0).  Returns 0, or
+ * EXIT_USAGE after one line naming a malformed SOURCE_DATE_EPOCH. */
+struct blk_create_opts;
+int cmd_reproducible(bool flag, struct blk_create_opts *o);
+/* Reproducible output writes every target but raw in order: clears
+ * *out_of_order (-W) for them, saying so unless quiet. */
+void cmd_reproducible_order(const struct blk_create_opts *o, const char *format, bool quiet,
+                            bool *out_of_order);
+enum { CMD_OPT_REPRODUCIBLE = 0x4200 };
+#define CMD_REPRODUCIBLE_LONGOPT                                                                   \
+    {                                                                                              \
+        "reproducible", no_argument, NULL, CMD_OPT_REPRODUCIBLE                                    \
+    }
 
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);

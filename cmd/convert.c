@@ -39,7 +39,8 @@ static void convert_usage(FILE *f)
             "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
             "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
-            "                       [--progress=human|json] [--checksum] SRC DST\n"
+            "                       [--progress=human|json] [--checksum] [--reproducible]\n"
+            "                       SRC DST\n"
             "\n"
             "Copy image SRC into DST.  Either may be a file or an NBD URI\n"
             "(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Holes and zeroes\n"
@@ -69,11 +70,15 @@ static void convert_usage(FILE *f)
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
             "      --checksum    print the checksum of DST's content (diskimg-checksum(1)),\n"
             "                    computed from what the copy reads: HASH  DST\n"
+            "      --reproducible     the same SRC gives the same bytes, whatever -m: times\n"
+            "                         from SOURCE_DATE_EPOCH (0 if unset), IDs from the\n"
+            "                         content, writes in order (-W: raw only); on whenever\n"
+            "                         SOURCE_DATE_EPOCH is set\n"
             "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
             "  -h, --help        this help\n"
             "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP
-            ", 130/143 SIGINT/SIGTERM.  A target\n"
+            "Exit status: 0 success, 1 failure, 2 bad usage (or a malformed "
+            "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails; one that another process uses\n"
             "is left alone.  See diskimg-convert(1).\n",
             DEFAULT_WORKERS);
@@ -95,6 +100,7 @@ struct convert_opts {
     struct cmd_progress progress;
     bool progress_on, progress_json;
     uint8_t checksum[BLK_CHECKSUM_LEN];
+    bool reproducible; /* --reproducible */
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -116,6 +122,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
+        CMD_REPRODUCIBLE_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -208,6 +215,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case OPT_CHECKSUM:
             o->copy.checksum = o->checksum;
             break;
+        case CMD_OPT_REPRODUCIBLE:
+            o->reproducible = true;
+            break;
         case ':':
             return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -278,7 +288,11 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
                                "(%s has none)",
                                o->create.format);
     }
-    return 0;
+    r = cmd_reproducible(o->reproducible, &o->create);
+    if (r == 0) {
+        cmd_reproducible_order(&o->create, o->dst.format, o->quiet, &o->copy.out_of_order);
+    }
+    return r;
 }
 
 /* Converting a file onto itself would destroy it before it is read

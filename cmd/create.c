@@ -12,8 +12,8 @@
 
 static void create_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg create [-f FMT] [-o OPTIONS] [-b BACKING [-F FMT]] [-u] [-q] FILE "
-               "[SIZE]\n"
+    fprintf(f, "Usage: diskimg create [-f FMT] [-o OPTIONS] [-b BACKING [-F FMT]] [-u] [-q]\n"
+               "                      [--reproducible] FILE [SIZE]\n"
                "\n"
                "Create a new image FILE (replacing an existing file).\n"
                "\n"
@@ -25,12 +25,16 @@ static void create_usage(FILE *f)
                "  -q                   quiet: do not print the 'Formatting' line\n"
                "      --untrusted      open the -b file alone, for its size only (nothing it\n"
                "                       names); its format must be given or unambiguous\n"
+               "      --reproducible   the same command gives the same bytes: times from\n"
+               "                       SOURCE_DATE_EPOCH (0 if unset), IDs from format,\n"
+               "                       options and size; on whenever SOURCE_DATE_EPOCH is set\n"
                "  -h, --help           this help\n"
                "\n"
                "SIZE takes the suffixes k, M, G, T, P, E (powers of 1024).\n"
                "An existing FILE that another process uses (qemu's image locks) is left as it\n"
                "was.\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage (or a malformed "
+               "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-create(1).\n");
 }
 
@@ -41,10 +45,11 @@ static int create_run(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"force-share", no_argument, NULL, 'U'},
         CMD_UNTRUSTED_LONGOPT,
+        CMD_REPRODUCIBLE_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_create_opts o = {.format = "raw"};
-    bool quiet = false, unsafe_backing = false;
+    bool quiet = false, unsafe_backing = false, reproducible = false;
     char *summary = NULL;
     CLEANUP_FREE char *options = NULL;
     int c, r;
@@ -82,6 +87,9 @@ static int create_run(int argc, char **argv)
         case CMD_OPT_UNTRUSTED:
             o.untrusted = true;
             break;
+        case CMD_OPT_REPRODUCIBLE:
+            reproducible = true;
+            break;
         case ':':
             return cmd_usage_error("create", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -111,6 +119,9 @@ static int create_run(int argc, char **argv)
                                          "opened");
     }
     o.no_open_backing = unsafe_backing;
+    if ((r = cmd_reproducible(reproducible, &o)) != 0) {
+        return r;
+    }
     if (nbd_uri_is(o.filename)) {
         fprintf(stderr,
                 "diskimg: %s: an NBD export exists already and cannot be created; "

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -113,6 +112,15 @@ int vpc_create_check(const struct blk_create_opts *o)
     return r;
 }
 
+/* A footer's time stamp: seconds since 2000-01-01 UTC in 32 bits, so
+ * earlier times (SOURCE_DATE_EPOCH=0) record 0 and later ones clamp. */
+static uint32_t vpc_timestamp(uint64_t unix_time)
+{
+    uint64_t t = unix_time > VPC_EPOCH ? unix_time - VPC_EPOCH : 0;
+
+    return t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+}
+
 /* Footer copy, dynamic header, an empty BAT, footer. */
 static int write_dynamic(struct blk_node *file, const uint8_t *footer, uint64_t size)
 {
@@ -159,7 +167,7 @@ int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **su
     }
     uint64_t size = sectors * VPC_SECTOR;
     f.data_offset = c.fixed ? UINT64_MAX : VPC_FOOTER_SIZE;
-    f.timestamp = (uint32_t)((uint64_t)time(NULL) - VPC_EPOCH);
+    f.timestamp = vpc_timestamp(blk_create_time(o));
     memcpy(f.creator_app, c.force_size ? "qem2" : "qemu", 4);
     f.orig_size = f.cur_size = size;
     f.type = c.fixed ? VPC_FIXED : VPC_DYNAMIC;
