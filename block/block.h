@@ -407,6 +407,22 @@ void blk_file_lock_release(struct blk_file_lock *l);
 /* The time a new image records: o->epoch when reproducible, else now. */
 uint64_t blk_create_time(const struct blk_create_opts *o);
 
+/* ---- IDs of reproducible images (block/identity.c) ---- */
+
+#define BLK_SEED_LEN 32
+/* The seed a format's IDs are derived from: SHA-256 over the format, -o
+ * options, backing file and format, the virtual size and, after a copy,
+ * the content checksum (NULL at creation). */
+int blk_identity_seed(const struct blk_create_opts *o, uint64_t size, const uint8_t *content,
+                      uint8_t seed[BLK_SEED_LEN]);
+/* A creator's UUID (RFC byte order) for the field named by label:
+ * derived from the creation seed when o->reproducible, else random. */
+int blk_create_uuid(const struct blk_create_opts *o, const char *label, uint8_t u[16]);
+/* Rewrite every ID the image stores from seed (the driver's
+ * set_identity; nothing for formats without IDs).  For convert: after
+ * the copy, before the final flush. */
+int blk_image_set_identity(struct blk_image *img, const uint8_t seed[BLK_SEED_LEN]);
+
 /* Lock the file (creating it if missing), then truncate and format it: a
  * file another process uses stays as it was (BLK_E_IN_USE).  *summary
  * (malloc'd) gets the option list qemu-img prints after "Formatting

@@ -178,6 +178,11 @@ struct blk_driver {
     const char *create_help; /* text for -o help */
     /* Reject bad creation options before any file is touched (no I/O). */
     int (*create_check)(const struct blk_create_opts *o);
+    /* Reproducible output: rewrite every ID the image stores (UUIDs,
+     * GUIDs, CIDs) as uuid_derive(seed, label) with the labels create
+     * uses, checksums included, and anything else whose bytes depend on
+     * the session rather than the content.  NULL: no IDs (raw, qcow2). */
+    int (*set_identity)(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
     /* Consistency check and repair (formats); NULL: nothing to check. */
     int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
                  struct blk_check_result *res);
