@@ -31,6 +31,7 @@
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/uuid.h"
 #include "common/util.h"
 #include "vdi.h"
 
@@ -191,5 +192,29 @@ int vdi_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
         }
         pos += run.bytes;
     }
+    return r;
+}
+
+/* The header sector is written as page0 holds it, under the lock that
+ * allocation writes it with. */
+int vdi_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN])
+{
+    struct vdi_state *s = n->opaque;
+    uint8_t image[UUID_LEN], modify[UUID_LEN];
+    int r = uuid_derive(seed, VDI_ID_IMAGE, image);
+
+    if (r == 0) {
+        r = uuid_derive(seed, VDI_ID_MODIFY, modify);
+    }
+    if (r < 0) {
+        return r;
+    }
+    uuid_to_guid(image);
+    uuid_to_guid(modify);
+    pthread_mutex_lock(&s->alloc_lock);
+    memcpy(s->page0 + VDI_OFF_UUID_CREATE, image, UUID_LEN);
+    memcpy(s->page0 + VDI_OFF_UUID_MODIFY, modify, UUID_LEN);
+    r = blk_pwrite(s->file, 0, s->page0, VDI_SECTOR, 0);
+    pthread_mutex_unlock(&s->alloc_lock);
     return r;
 }

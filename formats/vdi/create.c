@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
+#include "common/uuid.h"
 #include "vdi.h"
 
 const char vdi_create_help[] = "Supported options:\n"
@@ -97,22 +97,19 @@ int vdi_create_check(const struct blk_create_opts *o)
     return parse_create(o, &c);
 }
 
-/* A random (version 4) UUID, stored in the Microsoft byte order VDI uses:
- * the first three fields little-endian. */
-static void random_uuid(uint8_t *out)
+/* The image's two UUIDs, random or derived (reproducible output), in
+ * the Microsoft byte order VDI stores: the first three fields
+ * little-endian. */
+static int put_uuids(uint8_t *sec, const struct blk_create_opts *o)
 {
-    uint8_t u[16] = {0};
+    int r = blk_create_uuid(o, VDI_ID_IMAGE, sec + VDI_OFF_UUID_CREATE);
 
-    if (getrandom(u, sizeof u, 0) != (ssize_t)sizeof u) {
-        uint64_t t = clock_ns();
-        memcpy(u, &t, sizeof t);
+    if (r == 0) {
+        r = blk_create_uuid(o, VDI_ID_MODIFY, sec + VDI_OFF_UUID_MODIFY);
     }
-    u[6] = (uint8_t)((u[6] & 0x0f) | 0x40);
-    u[8] = (uint8_t)((u[8] & 0x3f) | 0x80);
-    put_le32(out, get_be32(u));
-    put_le16(out + 4, get_be16(u + 4));
-    put_le16(out + 6, get_be16(u + 6));
-    memcpy(out + 8, u + 8, 8);
+    uuid_to_guid(sec + VDI_OFF_UUID_CREATE);
+    uuid_to_guid(sec + VDI_OFF_UUID_MODIFY);
+    return r;
 }
 
 static void encode_header(uint8_t *sec, const struct vdi_create *c, uint32_t blocks,
@@ -133,8 +130,6 @@ static void encode_header(uint8_t *sec, const struct vdi_create *c, uint32_t blo
     put_le32(sec + VDI_OFF_BLOCK_SIZE, VDI_BLOCK_SIZE);
     put_le32(sec + VDI_OFF_BLOCKS, blocks);
     put_le32(sec + VDI_OFF_ALLOCATED, c->is_static ? blocks : 0);
-    random_uuid(sec + VDI_OFF_UUID_CREATE);
-    random_uuid(sec + VDI_OFF_UUID_MODIFY);
 }
 
 /* The map, written a MiB at a time (it is up to 2 GiB). */
@@ -179,7 +174,10 @@ int vdi_create(struct blk_node *file, const struct blk_create_opts *o, char **su
     uint32_t blocks = (uint32_t)((c.size + VDI_BLOCK_SIZE - 1) / VDI_BLOCK_SIZE);
     uint32_t off_data = VDI_SECTOR + (uint32_t)ROUND_UP((uint64_t)blocks * 4, VDI_SECTOR);
     encode_header(sec, &c, blocks, off_data);
-    r = blk_pwrite(file, 0, sec, sizeof sec, 0);
+    r = put_uuids(sec, o);
+    if (r == 0) {
+        r = blk_pwrite(file, 0, sec, sizeof sec, 0);
+    }
     if (r == 0) {
         r = write_map(file, &c, blocks);
     }

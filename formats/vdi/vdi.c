@@ -219,6 +219,7 @@ static const struct blk_driver vdi_driver = {
     .preadv = vdi_preadv,
     .pwritev = vdi_pwritev,
     .pwrite_zeroes = vdi_pwrite_zeroes,
+    .set_identity = vdi_set_identity,
     .cluster_size = vdi_cluster_size,
     .block_status = vdi_block_status,
     .get_length = vdi_get_length,

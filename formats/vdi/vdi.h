@@ -144,7 +144,13 @@ uint64_t vdi_block_host(const struct vdi_state *s, uint32_t index);
 /* Serialise map entries [first, first+count) in LE into out. */
 void vdi_encode_entries(const struct vdi_state *s, uint32_t first, uint32_t count, uint8_t *out);
 
+/* The labels of the two UUIDs (blk_create_uuid, uuid_derive). */
+#define VDI_ID_IMAGE "vdi image UUID"
+#define VDI_ID_MODIFY "vdi modification UUID"
+
 /* alloc.c */
+/* Reproducible output: the image and modification UUIDs from seed. */
+int vdi_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
 int vdi_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                 unsigned flags);
 int vdi_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);

@@ -21,6 +21,7 @@
 #include "common/cleanup.h"
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/uuid.h"
 #include "common/util.h"
 #include "vhdx.h"
 
@@ -213,7 +214,18 @@ static void put_meta_entry(uint8_t *t, unsigned i, const uint8_t *guid, uint32_t
     put_le32(e + 24, flags);
 }
 
-static int write_front(struct blk_node *file, const struct layout *l, bool fixed, uint32_t lsector)
+/* A creator's GUID: random, or derived (reproducible output), in the
+ * byte order VHDX stores. */
+static int create_guid(const struct blk_create_opts *o, const char *label, uint8_t *guid)
+{
+    int r = blk_create_uuid(o, label, guid);
+
+    uuid_to_guid(guid);
+    return r;
+}
+
+static int write_front(struct blk_node *file, const struct blk_create_opts *o,
+                       const struct layout *l, bool fixed, uint32_t lsector)
 {
     CLEANUP_FREE uint8_t *buf = calloc(1, 64 * KiB);
     static const char creator[] = "diskimg";
@@ -233,12 +245,13 @@ static int write_front(struct blk_node *file, const struct layout *l, bool fixed
     if (r < 0) {
         return r;
     }
-    /* Headers: a random sequence number, then +1, as qemu. */
-    if ((r = vhdx_random_guid(h.file_write_guid)) < 0 ||
-        (r = vhdx_random_guid(h.data_write_guid)) < 0 || (r = vhdx_random_guid(seq)) < 0) {
+    /* Headers: a random (or derived) sequence number, then +1, as qemu. */
+    if ((r = create_guid(o, VHDX_ID_FILE_WRITE, h.file_write_guid)) < 0 ||
+        (r = create_guid(o, VHDX_ID_DATA_WRITE, h.data_write_guid)) < 0 ||
+        (r = blk_create_uuid(o, VHDX_ID_SEQUENCE, seq)) < 0) {
         return r;
     }
-    h.seq = get_le32(seq);
+    h.seq = vhdx_seq_from_uuid(seq);
     for (int i = 0; i < 2; i++, h.seq++) {
         memset(buf, 0, 64 * KiB);
         vhdx_header_encode(&h, buf);
@@ -277,7 +290,7 @@ static int write_front(struct blk_node *file, const struct layout *l, bool fixed
     put_le32(items, l->block_size);
     put_le32(items + 4, fixed ? 1 : 0); /* LeaveBlockAllocated */
     put_le64(items + 8, l->size);
-    if ((r = vhdx_random_guid(items + 16)) < 0) {
+    if ((r = create_guid(o, VHDX_ID_PAGE83, items + 16)) < 0) {
         return r;
     }
     put_le32(items + 32, lsector);
@@ -342,7 +355,7 @@ int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     uint64_t end = l.data_off + (c.fixed ? l.nblocks * l.block_size : 0);
     r = blk_truncate(file, end);
     if (r == 0) {
-        r = write_front(file, &l, c.fixed, (uint32_t)c.logical_sector);
+        r = write_front(file, o, &l, c.fixed, (uint32_t)c.logical_sector);
     }
     if (r == 0) {
         r = write_bat(file, &l, c.fixed, c.block_state_zero);

@@ -194,6 +194,35 @@ int vhdx_update_headers_locked(struct vhdx_state *s, const uint8_t *log_guid)
     return 0;
 }
 
+uint64_t vhdx_seq_from_uuid(const uint8_t *u)
+{
+    return get_le32(u);
+}
+
+int vhdx_rewrite_headers_locked(struct vhdx_state *s, const struct vhdx_header *h)
+{
+    uint8_t buf[VHDX_HEADER_SIZE];
+    struct vhdx_header w = *h;
+    int r = 0;
+
+    for (unsigned slot = 0; slot < 2 && r == 0; slot++, w.seq++) {
+        vhdx_header_encode(&w, buf);
+        r = blk_pwrite(s->file, slot ? VHDX_HEADER2_OFFSET : VHDX_HEADER1_OFFSET, buf, sizeof buf,
+                       0);
+        if (r == 0) {
+            r = blk_flush(s->file);
+        }
+        if (r == 0) {
+            s->cur_hdr = slot;
+            s->hdr = w;
+        }
+    }
+    if (r == 0) {
+        s->session_started = true; /* no new write GUIDs for this open */
+    }
+    return r;
+}
+
 /* ---- region table ---- */
 
 struct region {
@@ -274,6 +303,7 @@ struct meta_item {
     uint32_t len; /* exact length the item must have */
     void *out;
     bool found;
+    uint32_t off; /* where it was found */
 };
 
 static int read_item(struct vhdx_state *s, uint32_t i, const uint8_t *e, struct meta_item *item)
@@ -297,6 +327,7 @@ static int read_item(struct vhdx_state *s, uint32_t i, const uint8_t *e, struct 
     }
     memcpy(item->out, buf, len);
     item->found = true;
+    item->off = off;
     return 0;
 }
 
@@ -391,6 +422,7 @@ static int read_metadata(struct vhdx_state *s)
             return err_setx(EINVAL, "%s: vhdx: the metadata has no %s item", s->name, names[k]);
         }
     }
+    s->p.page83_off = items[2].off;
     return decode_params(s, fp, sz, ls, ps);
 }
 

@@ -18,6 +18,7 @@
 #include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/uuid.h"
 #include "vhdx.h"
 
 /* The file type identifier "vhdxfile", as qemu probes it. */
@@ -102,6 +103,49 @@ static int vhdx_flush(struct blk_node *n)
     return r;
 }
 
+int vhdx_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN])
+{
+    struct vhdx_state *s = n->opaque;
+    struct vhdx_header h;
+    uint8_t seq[UUID_LEN], page83[UUID_LEN];
+    int r = uuid_derive(seed, VHDX_ID_SEQUENCE, seq);
+
+    if (r == 0) {
+        r = uuid_derive(seed, VHDX_ID_PAGE83, page83);
+    }
+    pthread_mutex_lock(&s->meta_lock);
+    h = s->hdr;
+    if (r == 0) {
+        r = uuid_derive(seed, VHDX_ID_FILE_WRITE, h.file_write_guid);
+    }
+    if (r == 0) {
+        r = uuid_derive(seed, VHDX_ID_DATA_WRITE, h.data_write_guid);
+    }
+    uuid_to_guid(h.file_write_guid);
+    uuid_to_guid(h.data_write_guid);
+    uuid_to_guid(page83);
+    /* An empty log first (what it described is in place and flushed);
+     * then its old entries are dead, and they hold this session's log
+     * GUID and a history of when it flushed: zeroes instead. */
+    if (r == 0) {
+        r = vhdx_log_clear_locked(s);
+    }
+    if (r == 0 && s->hdr.log_length) {
+        r = blk_pwrite_zeroes(s->file, s->hdr.log_offset, s->hdr.log_length, BLK_REQ_MAY_UNMAP);
+    }
+    if (r == 0) {
+        r = blk_pwrite(s->file, s->meta_offset + s->p.page83_off, page83, sizeof page83, 0);
+    }
+    if (r == 0) {
+        memcpy(s->p.page83, page83, sizeof page83);
+        memset(h.log_guid, 0, sizeof h.log_guid);
+        h.seq = vhdx_seq_from_uuid(seq);
+        r = vhdx_rewrite_headers_locked(s, &h);
+    }
+    pthread_mutex_unlock(&s->meta_lock);
+    return r;
+}
+
 static void vhdx_close(struct blk_node *n)
 {
     struct vhdx_state *s = n->opaque;
@@ -146,6 +190,7 @@ static const struct blk_driver vhdx_driver = {
     .pwrite_zeroes = vhdx_pwrite_zeroes,
     .cluster_size = vhdx_cluster_size,
     .flush = vhdx_flush,
+    .set_identity = vhdx_set_identity,
     .block_status = vhdx_block_status,
     .get_length = vhdx_get_length,
     .check = vhdx_check,

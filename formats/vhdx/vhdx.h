@@ -92,6 +92,7 @@ struct vhdx_params {
     uint32_t logical_sector;
     uint32_t physical_sector;
     uint8_t page83[16];
+    uint32_t page83_off; /* the page 83 item, from the metadata region's start */
 };
 
 struct vhdx_state {
@@ -140,6 +141,17 @@ int vhdx_update_headers_locked(struct vhdx_state *s, const uint8_t *log_guid);
 void vhdx_header_encode(const struct vhdx_header *h, uint8_t *buf);
 /* Random GUID bytes (version 4 bits set). */
 int vhdx_random_guid(uint8_t *guid);
+/* Write h as header 1 and, with sequence number h->seq + 1, as header 2
+ * (the current one), flushing after each; the session's write GUIDs are
+ * h's from now on. */
+int vhdx_rewrite_headers_locked(struct vhdx_state *s, const struct vhdx_header *h);
+/* The labels of the derived IDs (blk_create_uuid, uuid_derive). */
+#define VHDX_ID_FILE_WRITE "vhdx FileWriteGuid"
+#define VHDX_ID_DATA_WRITE "vhdx DataWriteGuid"
+#define VHDX_ID_PAGE83 "vhdx Page83Data"
+#define VHDX_ID_SEQUENCE "vhdx SequenceNumber"
+/* The first sequence number a seed gives: 32 bits, as qemu's random one. */
+uint64_t vhdx_seq_from_uuid(const uint8_t *u);
 uint64_t vhdx_chunk_ratio(uint32_t logical_sector, uint32_t block_size);
 uint64_t vhdx_bat_entries_for(uint64_t disk_size, uint32_t block_size, uint64_t chunk_ratio);
 
@@ -182,6 +194,9 @@ int vhdx_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk
 int vhdx_check(struct blk_node *n, enum blk_repair repair, FILE *report,
                struct blk_check_result *res);
 int vhdx_get_info(struct blk_node *n, struct blk_image_info *info);
+/* Reproducible output: write GUIDs, page 83 data and header sequence
+ * numbers from seed, and an empty log that holds no session's entries. */
+int vhdx_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
 
 /* ---- create.c ---- */
 int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);

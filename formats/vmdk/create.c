@@ -320,9 +320,12 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
         return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
     }
     CLEANUP_FREE char *copy = strdup(o->filename);
-    uint32_t cid = (uint32_t)(clock_ns() * 2654435761u) ^ (uint32_t)getpid();
+    uint8_t cid_uuid[16];
+    if ((r = blk_create_uuid(o, VMDK_ID_CID, cid_uuid)) < 0) {
+        return r;
+    }
     struct vmdk_new_desc nd = {
-        .cid = cid >= 0xfffffffeu ? 1 : cid,
+        .cid = vmdk_cid_from_uuid(cid_uuid),
         .parent_cid = parent_cid,
         .create_type = stream ? "streamOptimized" : "monolithicSparse",
         .sectors = sectors,

@@ -19,6 +19,7 @@
 #include "common/escape.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/uuid.h"
 #include "formats/named-file.h"
 #include "vmdk.h"
 
@@ -328,6 +329,39 @@ static int update_cid(struct vmdk_state *s)
     return r;
 }
 
+/* Reproducible output: the CID from seed, as the first write of an open
+ * sets it, and no later write of this open changes it again.  parentCID
+ * is the parent's CID (or "none"): content, not identity. */
+static int vmdk_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN])
+{
+    struct vmdk_state *s = n->opaque;
+    struct vmdk_extent *e = &s->extents[0];
+    uint8_t u[UUID_LEN];
+    int r = uuid_derive(seed, VMDK_ID_CID, u);
+
+    if (r < 0) {
+        return r;
+    }
+    uint32_t cid = vmdk_cid_from_uuid(u);
+    pthread_mutex_lock(&s->lock);
+    if (s->desc_embedded) {
+        CLEANUP_FREE char *out = calloc(1, e->desc_len);
+        if (!out) {
+            r = err_set(ENOMEM, "vmdk: descriptor");
+        } else if (vmdk_desc_set_cid(s->desc_text, s->desc_len, cid, out, e->desc_len) < 0) {
+            r = err_setx(EINVAL, "%s: vmdk: no room for the CID in the descriptor", e->name);
+        } else {
+            r = blk_pwrite(e->file, e->desc_off, out, e->desc_len, 0);
+        }
+    }
+    if (r == 0) {
+        s->desc.cid = cid;
+        s->cid_updated = true;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
 static int vmdk_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt,
                         unsigned flags)
 {
@@ -523,6 +557,7 @@ static const struct blk_driver vmdk_driver = {
     .pwrite_compressed = vmdk_stream_pwrite_compressed,
     .cluster_size = vmdk_cluster_size,
     .flush = vmdk_flush,
+    .set_identity = vmdk_set_identity,
     .block_status = vmdk_block_status,
     .get_length = vmdk_get_length,
     .get_info = vmdk_get_info,

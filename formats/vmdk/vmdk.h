@@ -199,6 +199,17 @@ int vmdk_stream_finish_locked(struct vmdk_state *s);
 
 int vmdk_open_extents(struct vmdk_state *s, const struct blk_open_opts *opts, const char *dir_of);
 
+/* The CID a derived or random UUID gives (blk_create_uuid, uuid_derive
+ * with VMDK_ID_CID): its first 32 bits, never the values that mean "no
+ * parent" or "unset". */
+#define VMDK_ID_CID "vmdk CID"
+static inline uint32_t vmdk_cid_from_uuid(const uint8_t *u)
+{
+    uint32_t cid = (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
+
+    return cid >= 0xfffffffeu ? 1 : cid;
+}
+
 /* ---- create.c ---- */
 
 int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);

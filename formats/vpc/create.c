@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -171,11 +170,7 @@ int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **su
     memcpy(f.creator_app, c.force_size ? "qem2" : "qemu", 4);
     f.orig_size = f.cur_size = size;
     f.type = c.fixed ? VPC_FIXED : VPC_DYNAMIC;
-    if (getrandom(f.uuid, sizeof f.uuid, 0) != (ssize_t)sizeof f.uuid) {
-        r = err_set(errno, "vpc: a unique id for the image");
-    }
-    f.uuid[6] = (uint8_t)((f.uuid[6] & 0x0f) | 0x40); /* RFC 4122 version 4 */
-    f.uuid[8] = (uint8_t)((f.uuid[8] & 0x3f) | 0x80);
+    r = blk_create_uuid(o, VPC_ID_UUID, f.uuid);
     vpc_build_footer(footer, &f);
     if (r == 0 && c.fixed) {
         r = blk_truncate(file, size + VPC_FOOTER_SIZE);

@@ -363,6 +363,7 @@ static const struct blk_driver vpc_driver = {
     .discard = vpc_discard,
     .cluster_size = vpc_cluster_size,
     .flush = vpc_flush,
+    .set_identity = vpc_set_identity,
     .block_status = vpc_block_status,
     .get_length = vpc_get_length,
     .get_info = vpc_get_info,

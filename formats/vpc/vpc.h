@@ -158,6 +158,11 @@ int vpc_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int i
 int vpc_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int vpc_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int vpc_flush(struct blk_node *n);
+/* Reproducible output: the footer's UUID from seed, in both copies. */
+int vpc_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
+/* The label of the footer's UUID (blk_create_uuid, uuid_derive). */
+#define VPC_ID_UUID "vpc footer UUID"
+
 /* Write the changed BAT sectors, after flushing the file: takes
  * flush_lock, and s->lock only to copy them. */
 int vpc_write_back_bat(struct vpc_state *s);

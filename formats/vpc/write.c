@@ -23,6 +23,7 @@
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/uuid.h"
 #include "common/util.h"
 #include "vpc.h"
 
@@ -295,4 +296,34 @@ int vpc_flush(struct blk_node *n)
         return 0;
     }
     return vpc_write_back_bat(s);
+}
+
+/* The footer at offset 0 (dynamic) and the one at the end carry the same
+ * UUID; new blocks copy footer_buf to the new end, so it changes too. */
+int vpc_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN])
+{
+    struct vpc_state *s = n->opaque;
+    uint8_t u[UUID_LEN];
+    int r = uuid_derive(seed, VPC_ID_UUID, u);
+
+    if (r < 0) {
+        return r;
+    }
+    pthread_mutex_lock(&s->lock);
+    memcpy(s->footer.uuid, u, sizeof u);
+    memcpy(s->footer_buf + 68, u, sizeof u);
+    put_be32(s->footer_buf + 64, vpc_checksum(s->footer_buf, VPC_FOOTER_SIZE, 64));
+    if (s->type == VPC_FIXED) {
+        int64_t flen = blk_get_length(s->file); /* the footer is the last sector */
+        r = flen < 0 ? (int)flen
+                     : blk_pwrite(s->file, (uint64_t)flen - VPC_FOOTER_SIZE, s->footer_buf,
+                                  VPC_FOOTER_SIZE, 0);
+    } else {
+        r = blk_pwrite(s->file, 0, s->footer_buf, VPC_FOOTER_SIZE, 0);
+        if (r == 0) {
+            r = blk_pwrite(s->file, s->free_off, s->footer_buf, VPC_FOOTER_SIZE, 0);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
 }
