@@ -43,7 +43,7 @@ int blk_identity_seed(const struct blk_create_opts *o, uint64_t size, const uint
         (r = hash_str(&c, o->format)) == 0 && (r = hash_str(&c, o->options)) == 0 &&
         (r = hash_str(&c, o->backing_file)) == 0 && (r = hash_str(&c, o->backing_format)) == 0 &&
         (r = hash_field(&c, sz, sizeof sz)) == 0 &&
-        (r = hash_field(&c, content, content ? BLK_SEED_LEN : 0)) == 0) {
+        (r = hash_field(&c, content, content ? BLK_CHECKSUM_LEN : 0)) == 0) {
         sha256_final(&c, seed);
         return 0;
     }

@@ -115,6 +115,12 @@ int cmd_reproducible(bool flag, struct blk_create_opts *o);
  * *out_of_order (-W) for them, saying so unless quiet. */
 void cmd_reproducible_order(const struct blk_create_opts *o, const char *format, bool quiet,
                             bool *out_of_order);
+/* After convert's copy: the target's IDs from its content checksum
+ * (content, BLK_CHECKSUM_LEN bytes; NULL: computed here by reading the
+ * target), the creation options and its size. */
+struct blk_image;
+int cmd_reproducible_identity(const struct blk_create_opts *o, struct blk_image *dst,
+                              const uint8_t *content);
 enum { CMD_OPT_REPRODUCIBLE = 0x4200 };
 #define CMD_REPRODUCIBLE_LONGOPT                                                                   \
     {                                                                                              \

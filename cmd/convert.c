@@ -380,7 +380,18 @@ static int convert_run(int argc, char **argv)
     o.copy.progress = cmd_progress_cb;
     o.copy.progress_opaque = &o.progress;
     o.copy.cancel = &convert_cancel;
-    r = blk_copy(src, dst, &o.copy);
+    /* Reproducible output derives the target's IDs from its content
+     * checksum, which the copy computes as it reads (as for --checksum);
+     * with -B it reads only the top image, so the checksum comes after. */
+    uint8_t content[BLK_CHECKSUM_LEN];
+    struct blk_copy_opts copy = o.copy;
+    if (o.create.reproducible && !copy.checksum && !copy.top_only) {
+        copy.checksum = content;
+    }
+    r = blk_copy(src, dst, &copy);
+    if (r == 0 && o.create.reproducible) {
+        r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
+    }
     if (r == 0) {
         r = blk_image_flush(dst); /* durable before we say so */
     }

@@ -41,3 +41,20 @@ void cmd_reproducible_order(const struct blk_create_opts *o, const char *format,
                 format);
     }
 }
+
+int cmd_reproducible_identity(const struct blk_create_opts *o, struct blk_image *dst,
+                              const uint8_t *content)
+{
+    uint8_t seed[BLK_SEED_LEN], sum[BLK_CHECKSUM_LEN];
+    int r = 0;
+
+    if (!content) {
+        /* What the target reads, its backing file included. */
+        r = blk_image_checksum(dst, NULL, sum);
+        content = sum;
+    }
+    if (r == 0) {
+        r = blk_identity_seed(o, blk_image_size(dst), content, seed);
+    }
+    return r < 0 ? r : blk_image_set_identity(dst, seed);
+}
