@@ -321,6 +321,9 @@ struct blk_image_info {
 };
 
 int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);
+/* The top-level format-specific field named key (not one inside a list),
+ * or NULL. */
+const struct blk_info_field *blk_info_find(const struct blk_image_info *info, const char *key);
 void blk_image_info_free(struct blk_image_info *info);
 
 /* Load the image's persistent dirty bitmap name (qcow2) into memory;

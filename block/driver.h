@@ -325,6 +325,13 @@ int blk_node_open(struct blk_node **out, const struct blk_driver *drv, struct bl
                   const struct blk_open_opts *opts);
 void blk_node_close(struct blk_node *n);
 
+/* Format-specific facts for get_info (block/info-fields.c): appended in
+ * order; strings are copied. */
+void blk_info_add_int(struct blk_image_info *info, const char *key, const char *label, int64_t v);
+void blk_info_add_bool(struct blk_image_info *info, const char *key, const char *label, bool v);
+void blk_info_add_str(struct blk_image_info *info, const char *key, const char *label,
+                      const char *v);
+
 /* Trace one driver call when -D block.trace=1 (see common/log.h). */
 void blk_trace(const struct blk_node *n, const char *op, uint64_t off, uint64_t len,
                unsigned flags);
