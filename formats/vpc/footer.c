@@ -128,6 +128,7 @@ int vpc_parse_footer(const uint8_t *buf, struct vpc_footer *f, const char *file,
     f->data_offset = get_be64(buf + 16);
     f->timestamp = get_be32(buf + 24);
     memcpy(f->creator_app, buf + 28, 4);
+    memcpy(f->creator_host, buf + 36, 4);
     f->orig_size = get_be64(buf + 40);
     f->cur_size = get_be64(buf + 48);
     f->cyls = get_be16(buf + 56);

@@ -323,8 +323,37 @@ static uint64_t vpc_cluster_size(struct blk_node *n)
     return s->type == VPC_FIXED ? 0 : s->block_size;
 }
 
-/* What qemu-img shows (cluster-size for dynamic images, no
- * format-specific section), and the parent of a differencing image. */
+/* A 4-character footer field as text: NUL bytes end it ("tap\0"). */
+static void footer_text(char out[5], const char in[4])
+{
+    memcpy(out, in, 4);
+    out[4] = '\0';
+}
+
+/* The footer's facts, which qemu-img does not show (it has no
+ * format-specific section for vpc): what decides how readers size the
+ * disk, for `check --target` and for people comparing two VHDs. */
+static void footer_info(const struct vpc_state *s, struct blk_image_info *info)
+{
+    static const char *const kinds[] = {
+        [VPC_FIXED] = "fixed", [VPC_DYNAMIC] = "dynamic", [VPC_DIFF] = "differencing"};
+    const struct vpc_footer *f = &s->footer;
+    char app[5], host[5];
+
+    footer_text(app, f->creator_app);
+    footer_text(host, f->creator_host);
+    blk_info_add_str(info, "subformat", "subformat", kinds[s->type]);
+    blk_info_add_str(info, "creator-app", "creator app", app);
+    blk_info_add_str(info, "creator-host", "creator host", host);
+    blk_info_add_int(info, "original-size", "original size", (int64_t)f->orig_size);
+    blk_info_add_int(info, "current-size", "current size", (int64_t)f->cur_size);
+    blk_info_add_int(info, "cylinders", "cylinders", f->cyls);
+    blk_info_add_int(info, "heads", "heads", f->heads);
+    blk_info_add_int(info, "sectors-per-track", "sectors per track", f->secs);
+}
+
+/* What qemu-img shows (cluster-size for dynamic images), the parent of a
+ * differencing image, and the footer's facts. */
 static int vpc_get_info(struct blk_node *n, struct blk_image_info *info)
 {
     struct vpc_state *s = n->opaque;
@@ -337,6 +366,7 @@ static int vpc_get_info(struct blk_node *n, struct blk_image_info *info)
             return err_set(ENOMEM, "vpc: info");
         }
     }
+    footer_info(s, info);
     return 0;
 }
 

@@ -51,6 +51,7 @@ struct vpc_footer {
     uint64_t data_offset;
     uint32_t timestamp;
     char creator_app[4];
+    char creator_host[4];
     uint64_t orig_size, cur_size;
     uint16_t cyls;
     uint8_t heads, secs;

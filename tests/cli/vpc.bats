@@ -125,11 +125,13 @@ PY
         run qemu-img compare -f vpc -F vpc "$TEST_DIR/b.vhd" "$TEST_DIR/o-$fmt.vhd"
         [[ $status -eq 0 ]] || { echo "$fmt: $output"; false; }
     done
-    # info: qemu-img's fields and order (no format-specific section).
+    # info: qemu-img's fields and order, and (diskimg only) the footer's
+    # facts as format-specific data.
     run "$DISKIMG" info --output=json "$TEST_DIR/b.vhd"
     local ours=$output
     run qemu-img info --output=json "$TEST_DIR/b.vhd"
-    [[ $(jq -c 'del(."actual-size")' <<<"$ours") == $(jq -c 'del(."actual-size")' <<<"$output") ]]
+    [[ $(jq -c 'del(."actual-size", ."format-specific")' <<<"$ours") == $(jq -c 'del(."actual-size")' <<<"$output") ]]
+    [[ $(jq -c '."format-specific".data|[.subformat, ."creator-app", ."creator-host"]' <<<"$ours") == '["dynamic","qemu","Wi2k"]' ]]
     # check: no check for vpc, as in qemu-img (exit 63); resize refused.
     run "$DISKIMG" check "$TEST_DIR/b.vhd"
     [[ $status -eq 63 ]]
