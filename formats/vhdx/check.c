@@ -2,7 +2,8 @@
  * qemu-img 7.2 does: check counts BAT entries that point past the end of
  * the file or into metadata as corruptions, and a log replayed by the
  * (read-write) open of `check -r` as one corruption fixed; info has the
- * block size as cluster size and no format-specific section.
+ * block size as cluster size, and (diskimg only) the subformat, block
+ * and sector sizes as format-specific data.
  *
  * Order (vhdx.h): above rw.c. */
 #include <string.h>
@@ -30,5 +31,11 @@ int vhdx_get_info(struct blk_node *n, struct blk_image_info *info)
     struct vhdx_state *s = n->opaque;
 
     info->cluster_size = s->p.block_size;
+    /* Not in qemu-img (no format-specific section for vhdx): what
+     * `check --target=hyperv` and people comparing images need. */
+    blk_info_add_str(info, "subformat", "subformat", s->p.leave_allocated ? "fixed" : "dynamic");
+    blk_info_add_int(info, "block-size", "block size", s->p.block_size);
+    blk_info_add_int(info, "logical-sector-size", "logical sector size", s->p.logical_sector);
+    blk_info_add_int(info, "physical-sector-size", "physical sector size", s->p.physical_sector);
     return 0;
 }

@@ -8,7 +8,8 @@
  * says; qemu writes ZERO-state entries by default, and its first write
  * then allocates a new block at the end of the file); known regions are
  * marked required, as Microsoft's writer does; and logical_sector_size
- * (512 or 4096) is an extra option qemu-img does not have.
+ * and physical_sector_size (512 or 4096 each, as New-VHD takes them) are
+ * extra options qemu-img does not have (it writes 512 for both).
  *
  * Order (vhdx.h): above check.c; calls header.c for encodings. */
 #include <errno.h>
@@ -34,6 +35,7 @@ const char vhdx_create_help[] =
     "  block_state_zero=<bool>   Unallocated blocks of a dynamic image are ZERO (on, the\n"
     "                            default) or NOT_PRESENT (off)\n"
     "  logical_sector_size=<n>   512 (default) or 4096 (diskimg only)\n"
+    "  physical_sector_size=<n>  512 (default) or 4096 (diskimg only)\n"
     "  preallocation=<mode>      off, falloc, full (accepted, as qemu-img: no effect)\n";
 
 struct create_opts {
@@ -44,6 +46,7 @@ struct create_opts {
     bool fixed;
     bool block_state_zero;
     uint64_t logical_sector;
+    uint64_t physical_sector;
     /* As the user spelled them, for the summary line (qemu-img echoes the
      * given strings). */
     char *subformat_str, *bsz_str, *prealloc_str, *nocow_str;
@@ -105,6 +108,11 @@ static int create_opt(const char *key, const char *value, void *opaque)
             (c->logical_sector != 512 && c->logical_sector != 4096)) {
             return err_setx(EINVAL, "vhdx: logical_sector_size must be 512 or 4096");
         }
+    } else if (strcmp(key, "physical_sector_size") == 0) {
+        if (parse_uint(value, 512, 4096, &c->physical_sector) < 0 ||
+            (c->physical_sector != 512 && c->physical_sector != 4096)) {
+            return err_setx(EINVAL, "vhdx: physical_sector_size must be 512 or 4096");
+        }
     } else if (strcmp(key, "preallocation") == 0) {
         if (strcmp(value, "off") != 0 && strcmp(value, "falloc") != 0 &&
             strcmp(value, "full") != 0) {
@@ -139,7 +147,8 @@ static int parse_opts(const struct blk_create_opts *o, struct create_opts *c)
                               .size_set = o->size_set,
                               .log_size = MiB,
                               .block_state_zero = true,
-                              .logical_sector = 512};
+                              .logical_sector = 512,
+                              .physical_sector = 512};
     if (o->backing_file) {
         return err_setx(EINVAL, "vhdx: differencing images (backing files) are not supported");
     }
@@ -225,7 +234,7 @@ static int create_guid(const struct blk_create_opts *o, const char *label, uint8
 }
 
 static int write_front(struct blk_node *file, const struct blk_create_opts *o,
-                       const struct layout *l, bool fixed, uint32_t lsector)
+                       const struct layout *l, bool fixed, uint32_t lsector, uint32_t psector)
 {
     CLEANUP_FREE uint8_t *buf = calloc(1, 64 * KiB);
     static const char creator[] = "diskimg";
@@ -294,7 +303,7 @@ static int write_front(struct blk_node *file, const struct blk_create_opts *o,
         return r;
     }
     put_le32(items + 32, lsector);
-    put_le32(items + 36, lsector);
+    put_le32(items + 36, psector);
     return blk_pwrite(file, l->meta_off + 64 * KiB, items, sizeof items, 0);
 }
 
@@ -355,7 +364,8 @@ int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     uint64_t end = l.data_off + (c.fixed ? l.nblocks * l.block_size : 0);
     r = blk_truncate(file, end);
     if (r == 0) {
-        r = write_front(file, o, &l, c.fixed, (uint32_t)c.logical_sector);
+        r = write_front(file, o, &l, c.fixed, (uint32_t)c.logical_sector,
+                        (uint32_t)c.physical_sector);
     }
     if (r == 0) {
         r = write_bat(file, &l, c.fixed, c.block_state_zero);

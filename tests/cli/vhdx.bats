@@ -97,7 +97,7 @@ MiB=1048576
     run "$DISKIMG" info --output=json "$img"
     assert_success
     [[ $(jq -c '[.format, ."virtual-size", ."cluster-size", ."dirty-flag"]' <<<"$output") == '["vhdx",6291456,1048576,false]' ]]
-    [[ $(jq 'has("format-specific")' <<<"$output") == false ]]
+    [[ $(jq -c '."format-specific".data' <<<"$output") == '{"subformat":"dynamic","block-size":1048576,"logical-sector-size":512,"physical-sector-size":512}' ]]
     run "$DISKIMG" check "$img"
     assert_success
     assert_output --partial "No errors were found on the image."
