@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/util.h"
 #include "vmdk.h"
@@ -41,6 +42,81 @@ static const char *extent_format(const struct vmdk_state *s, const struct vmdk_e
     default:
         return "SPARSE";
     }
+}
+
+/* Does the stream end with an end-of-stream marker after its last
+ * grain, past any grain table, grain directory and footer markers?  An
+ * end-of-stream marker is an all-zero sector, so qemu-img's streams,
+ * whose last grain is followed by the zeroes of the grain's unused
+ * space, have one too, unless that grain did not compress. */
+static int stream_has_eos(struct vmdk_state *s, bool *eos)
+{
+    struct vmdk_extent *e = &s->extents[0];
+    uint8_t m[VMDK_SECTOR];
+    uint64_t at;
+    int r;
+
+    pthread_mutex_lock(&s->lock);
+    r = vmdk_sparse_data_end_locked(e, &at);
+    uint64_t flen = e->file_len;
+    pthread_mutex_unlock(&s->lock);
+    *eos = false;
+    /* Each marker but the last is followed by at least one sector: the
+     * walk ends within the file, and within 2 markers per table. */
+    for (uint64_t steps = 0; r == 0 && at + VMDK_SECTOR <= flen && steps < 2ull * e->gd_n + 4;
+         steps++) {
+        r = blk_pread(e->file, at, m, sizeof m);
+        uint64_t val = get_le64(m);
+        uint32_t size = get_le32(m + 8), type = get_le32(m + 12);
+        if (r < 0 || size != 0) {
+            break; /* a grain, or unreadable: no end marker here */
+        }
+        if (type == VMDK_MARKER_EOS) {
+            *eos = buffer_is_zero(m, sizeof m);
+            break;
+        }
+        if ((type != VMDK_MARKER_GT && type != VMDK_MARKER_GD && type != VMDK_MARKER_FOOTER) ||
+            val > flen / VMDK_SECTOR) {
+            break;
+        }
+        at += (1 + val) * VMDK_SECTOR;
+    }
+    return r;
+}
+
+/* Beyond qemu-img's fields (diskimg only): a monolithic sparse file's
+ * header and descriptor facts, which decide whether VMware takes it. */
+static int monolithic_info(struct vmdk_state *s, struct blk_image_info *info)
+{
+    const struct vmdk_extent *e = &s->extents[0];
+    const struct vmdk_desc *d = &s->desc;
+    bool eos;
+
+    if (s->n_extents != 1 || e->type != VMDK_TYPE_SPARSE || !s->desc_embedded) {
+        return 0;
+    }
+    blk_info_add_int(info, "header-version", "header version", e->version);
+    blk_info_add_int(info, "header-flags", "header flags", e->flags);
+    if (e->compressed) {
+        int r = stream_has_eos(s, &eos);
+        if (r < 0) {
+            return r;
+        }
+        blk_info_add_bool(info, "end-of-stream", "end of stream", eos);
+    }
+    if (d->encoding) {
+        blk_info_add_str(info, "encoding", "encoding", d->encoding);
+    }
+    if (d->adapter_type) {
+        blk_info_add_str(info, "adapter-type", "adapter type", d->adapter_type);
+    }
+    if (d->hw_version) {
+        blk_info_add_str(info, "hardware-version", "hardware version", d->hw_version);
+    }
+    if (d->long_content_id) {
+        blk_info_add_str(info, "long-content-id", "long content id", d->long_content_id);
+    }
+    return 0;
 }
 
 int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
@@ -97,7 +173,7 @@ int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
         field(info, (struct blk_info_field){.type = BLK_INFO_END});
     }
     field(info, (struct blk_info_field){.type = BLK_INFO_END});
-    return 0;
+    return monolithic_info(s, info);
 }
 
 static int check_extent(struct vmdk_state *s, struct vmdk_extent *e, FILE *report,

@@ -265,13 +265,41 @@ static int parse_extent(const struct line *l, const char *what, struct vmdk_desc
     return 1;
 }
 
+/* Keys info shows as they are; a value that does not parse is left out
+ * (the DDB is VMware's to judge, not ours). */
+static void keep_value(const struct line *l, struct vmdk_desc *d)
+{
+    const struct {
+        const char *key;
+        char **to;
+    } keys[] = {
+        {"encoding", &d->encoding},
+        {"ddb.adapterType", &d->adapter_type},
+        {"ddb.virtualHWVersion", &d->hw_version},
+        {"ddb.longContentID", &d->long_content_id},
+    };
+
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        size_t n = strlen(keys[i].key);
+        char *v = NULL;
+        if (starts(l, keys[i].key) && l->len > n && (l->p[n] == ' ' || l->p[n] == '=') &&
+            line_value(l, keys[i].key, &v) == 0) {
+            free(*keys[i].to);
+            *keys[i].to = v;
+        }
+    }
+}
+
 static int parse_line(const struct line *l, const char *what, struct vmdk_desc *d)
 {
     CLEANUP_FREE char *v = NULL;
     int r;
 
-    if (l->len == 0 || l->p[0] == '#' || starts(l, "ddb.") || starts(l, "version") ||
-        starts(l, "encoding")) {
+    if (starts(l, "ddb.") || starts(l, "encoding")) {
+        keep_value(l, d);
+        return 0;
+    }
+    if (l->len == 0 || l->p[0] == '#' || starts(l, "version")) {
         return 0;
     }
     if (starts(l, "RW ") || starts(l, "RDONLY ") || starts(l, "NOACCESS ")) {
@@ -354,6 +382,10 @@ void vmdk_desc_free(struct vmdk_desc *d)
     free(d->extents);
     free(d->create_type);
     free(d->parent_hint);
+    free(d->encoding);
+    free(d->adapter_type);
+    free(d->hw_version);
+    free(d->long_content_id);
     memset(d, 0, sizeof *d);
 }
 

@@ -71,6 +71,8 @@ struct vmdk_desc {
     bool has_cid, has_parent_cid;
     char *create_type; /* NULL: none given */
     char *parent_hint; /* parentFileNameHint, or NULL */
+    /* What info shows of the rest (NULL: not given); not interpreted. */
+    char *encoding, *adapter_type, *hw_version, *long_content_id;
     struct vmdk_desc_extent *extents;
     unsigned n_extents;
 };
