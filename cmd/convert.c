@@ -24,6 +24,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "progress.h"
+#include "target.h"
 #include "common/error.h"
 #include "common/util.h"
 #include "nbd/uri.h"
@@ -40,7 +41,7 @@ static void convert_usage(FILE *f)
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
             "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
             "                       [--progress=human|json] [--checksum] [--reproducible]\n"
-            "                       SRC DST\n"
+            "                       [--target=NAME] SRC DST\n"
             "\n"
             "Copy image SRC into DST.  Either may be a file or an NBD URI\n"
             "(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Holes and zeroes\n"
@@ -74,6 +75,10 @@ static void convert_usage(FILE *f)
             "                         from SOURCE_DATE_EPOCH (0 if unset), IDs from the\n"
             "                         content, writes in order (-W: raw only); on whenever\n"
             "                         SOURCE_DATE_EPOCH is set\n"
+            "      --target=NAME      deliver to a cloud or hypervisor (%s):\n"
+            "                         its format and options, its size rounding (printed);\n"
+            "                         options that break its rules are refused; see\n"
+            "                         diskimg-targets(7)\n"
             "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
             "  -h, --help        this help\n"
             "\n"
@@ -81,7 +86,7 @@ static void convert_usage(FILE *f)
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails; one that another process uses\n"
             "is left alone.  See diskimg-convert(1).\n",
-            DEFAULT_WORKERS);
+            DEFAULT_WORKERS, target_names());
 }
 
 static void on_signal(int sig)
@@ -100,7 +105,10 @@ struct convert_opts {
     struct cmd_progress progress;
     bool progress_on, progress_json;
     uint8_t checksum[BLK_CHECKSUM_LEN];
-    bool reproducible; /* --reproducible */
+    bool reproducible;  /* --reproducible */
+    const char *target; /* --target */
+    bool format_given;  /* -O */
+    struct target_choice choice;
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -111,14 +119,33 @@ static int parse_cache(const char *arg, enum blk_cache_mode *out)
     return 0;
 }
 
+/* --target=NAME: the target's format and options, after checking what
+ * the command line says against its rules (cmd/target.c). */
+static int convert_target(struct convert_opts *o, bool nbd_target)
+{
+    struct target_request req = {.format = o->format_given ? o->create.format : NULL,
+                                 .options = o->options,
+                                 .compress = o->copy.compress,
+                                 .existing = !o->create_target || nbd_target,
+                                 .backing = o->create.backing_file != NULL};
+    int r = target_choose(o->target, &req, &o->choice);
+
+    if (r == 0) {
+        o->create.format = o->dst.format = o->choice.profile->format;
+        o->create.options = o->choice.options;
+    }
+    return r;
+}
+
 static int convert_parse(struct convert_opts *o, int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256, OPT_PROGRESS, OPT_CHECKSUM };
+    enum { OPT_TARGET_IS_ZERO = 256, OPT_PROGRESS, OPT_CHECKSUM, OPT_TARGET };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"checksum", no_argument, NULL, OPT_CHECKSUM},
+        {"target", required_argument, NULL, OPT_TARGET},
         {"force-share", no_argument, NULL, 'U'},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
@@ -140,6 +167,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case 'O':
             o->create.format = optarg;
             o->dst.format = optarg;
+            o->format_given = true;
             break;
         case 'o':
             if (!cmd_append_options(&o->options, optarg)) {
@@ -205,6 +233,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case OPT_TARGET_IS_ZERO:
             o->copy.target_is_zero = true;
             break;
+        case OPT_TARGET:
+            o->target = optarg;
+            break;
         case OPT_PROGRESS:
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "human") != 0) {
                 return cmd_usage_error("convert", "--progress takes human or json");
@@ -245,6 +276,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     if (nbd_target) {
         o->create_target = false; /* -n is implied: an export exists already */
         o->dst.format = o->dst.format ? o->dst.format : "raw";
+    }
+    if (o->target && (r = convert_target(o, nbd_target)) != 0) {
+        return r;
     }
     if (!o->dst.format) {
         o->dst.format = o->create.format; /* -O, raw by default, as qemu-img: never probed */
@@ -331,8 +365,11 @@ static int convert_run(int argc, char **argv)
     r = convert_parse(&o, argc, argv);
     if (r) {
         free(o.options);
+        target_choice_free(&o.choice);
         return r < 0 ? EXIT_OK : r;
     }
+    /* A target whose output is no block format writes it itself. */
+    target_write_fn write_out = o.choice.profile ? o.choice.profile->write : NULL;
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -347,8 +384,15 @@ static int convert_run(int argc, char **argv)
     if (r < 0) {
         goto out;
     }
-    if (o.create_target) {
-        o.create.size = blk_image_size(src);
+    o.create.size = blk_image_size(src);
+    if (o.target) {
+        r = target_size(&o.choice, o.create.size, o.quiet, &o.create.size);
+        if (r < 0) {
+            goto out;
+        }
+        created = write_out != NULL; /* the hook makes DST: removed if it fails */
+    }
+    if (o.create_target && !write_out) {
         o.create.size_set = true;
         o.create.keep_lock = &hold;
         o.dst.format = o.create.format;
@@ -358,11 +402,13 @@ static int convert_run(int argc, char **argv)
         }
         created = true;
     }
-    r = blk_image_open(&dst, &o.dst);
+    r = write_out ? 0 : blk_image_open(&dst, &o.dst);
     if (r < 0) {
         goto out;
     }
-    if (created) {
+    if (write_out) {
+        /* nothing to open: the hook writes DST */
+    } else if (created) {
         /* A new image reads as zeroes, unless it has a backing file (from
          * -B or -o backing_file); preallocated or not, zeroes need no
          * writing (writing them could undo the preallocation). */
@@ -388,12 +434,16 @@ static int convert_run(int argc, char **argv)
     if (o.create.reproducible && !copy.checksum && !copy.top_only) {
         copy.checksum = content;
     }
-    r = blk_copy(src, dst, &copy);
-    if (r == 0 && o.create.reproducible) {
-        r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
-    }
-    if (r == 0) {
-        r = blk_image_flush(dst); /* durable before we say so */
+    if (write_out) {
+        r = write_out(o.choice.profile, src, o.dst.filename, o.create.size, &copy);
+    } else {
+        r = blk_copy(src, dst, &copy);
+        if (r == 0 && o.create.reproducible) {
+            r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
+        }
+        if (r == 0) {
+            r = blk_image_flush(dst); /* durable before we say so */
+        }
     }
     if (r == 0) {
         cmd_progress_finish(&o.progress, blk_image_size(src));
@@ -418,6 +468,7 @@ out:
     }
     blk_image_close(src);
     free(o.options);
+    target_choice_free(&o.choice);
     if (status != EXIT_OK && created) {
         unlink(o.create.filename); /* never leave a half-written image we made */
     }
