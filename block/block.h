@@ -425,6 +425,9 @@ int blk_create_uuid(const struct blk_create_opts *o, const char *label, uint8_t 
  * set_identity; nothing for formats without IDs).  For convert: after
  * the copy, before the final flush. */
 int blk_image_set_identity(struct blk_image *img, const uint8_t seed[BLK_SEED_LEN]);
+/* Does the image's format store IDs (has set_identity)?  raw and qcow2
+ * do not: reproducing them needs no seed, so no content checksum. */
+bool blk_image_has_identity(const struct blk_image *img);
 
 /* Lock the file (creating it if missing), then truncate and format it: a
  * file another process uses stays as it was (BLK_E_IN_USE).  *summary

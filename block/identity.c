@@ -75,3 +75,8 @@ int blk_image_set_identity(struct blk_image *img, const uint8_t seed[BLK_SEED_LE
     }
     return n->drv->set_identity(n, seed);
 }
+
+bool blk_image_has_identity(const struct blk_image *img)
+{
+    return blk_image_root(img)->drv->set_identity != NULL;
+}

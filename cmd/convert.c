@@ -428,17 +428,19 @@ static int convert_run(int argc, char **argv)
     o.copy.cancel = &convert_cancel;
     /* Reproducible output derives the target's IDs from its content
      * checksum, which the copy computes as it reads (as for --checksum);
-     * with -B it reads only the top image, so the checksum comes after. */
+     * with -B it reads only the top image, so the checksum comes after.
+     * A format without IDs (raw, qcow2) needs neither. */
+    bool identity = o.create.reproducible && dst && blk_image_has_identity(dst);
     uint8_t content[BLK_CHECKSUM_LEN];
     struct blk_copy_opts copy = o.copy;
-    if (o.create.reproducible && !copy.checksum && !copy.top_only) {
+    if (identity && !copy.checksum && !copy.top_only) {
         copy.checksum = content;
     }
     if (write_out) {
         r = write_out(o.choice.profile, src, o.dst.filename, o.create.size, &copy);
     } else {
         r = blk_copy(src, dst, &copy);
-        if (r == 0 && o.create.reproducible) {
+        if (r == 0 && identity) {
             r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
         }
         if (r == 0) {
