@@ -127,7 +127,8 @@ static int convert_target(struct convert_opts *o, bool nbd_target)
                                  .options = o->options,
                                  .compress = o->copy.compress,
                                  .existing = !o->create_target || nbd_target,
-                                 .backing = o->create.backing_file != NULL};
+                                 .backing = o->create.backing_file != NULL,
+                                 .checksum = o->copy.checksum != NULL};
     int r = target_choose(o->target, &req, &o->choice);
 
     if (r == 0) {
@@ -390,7 +391,8 @@ static int convert_run(int argc, char **argv)
         if (r < 0) {
             goto out;
         }
-        created = write_out != NULL; /* the hook makes DST: removed if it fails */
+        /* The hook makes DST: removed if it fails ("-" is stdout). */
+        created = write_out != NULL && strcmp(o.dst.filename, "-") != 0;
     }
     if (o.create_target && !write_out) {
         o.create.size_set = true;
@@ -437,7 +439,7 @@ static int convert_run(int argc, char **argv)
         copy.checksum = content;
     }
     if (write_out) {
-        r = write_out(o.choice.profile, src, o.dst.filename, o.create.size, &copy);
+        r = write_out(o.choice.profile, src, o.dst.filename, o.create.size, &copy, &o.create);
     } else {
         r = blk_copy(src, dst, &copy);
         if (r == 0 && identity) {

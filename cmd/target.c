@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "target.h"
+#include "target-gce.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
@@ -219,11 +220,26 @@ static const struct target_profile hyperv_profiles[] = {
     {.format = NULL},
 };
 
+/* ---- gce: disk.raw, a whole GiB, in a gzip'd old-GNU tar ---- */
+
+static const struct target_profile gce_profiles[] = {
+    {.format = "raw",
+     .align = GiB,
+     .align_what = "a whole number of GiB",
+     .size_what = "disk.raw",
+     .compressed = true,
+     .describe = "a gzip'd old-GNU tar of disk.raw",
+     .write = target_gce_write},
+    {.format = NULL},
+};
+
 const struct target targets[] = {
     {"azure", "fixed VHD (vpc), size a whole MiB, force_size", azure_profiles, NULL},
     {"aws", "streamOptimized VMDK (or -O vpc, -O raw), size a whole GiB", aws_profiles, NULL},
     {"vsphere", "streamOptimized VMDK as VMware's writer makes it", vsphere_profiles, NULL},
     {"hyperv", "dynamic VHDX, 1 MiB blocks, 4 KiB physical sectors", hyperv_profiles, NULL},
+    {"gce", "disk.raw, a whole GiB, in an old-GNU sparse tar, gzip'd on every core", gce_profiles,
+     target_gce_lint},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -343,6 +359,18 @@ static int check_request(const struct target *t, const struct target_profile *p,
                                "--target=%s: -c is not possible: %s cannot be compressed", t->name,
                                p->describe);
     }
+    if (req->checksum && p->write) {
+        return cmd_usage_error("convert",
+                               "--target=%s: --checksum is not computed for %s (run diskimg "
+                               "checksum on SRC: disk.raw is SRC padded with zeroes)",
+                               t->name, p->describe);
+    }
+    if (req->options && p->write) {
+        return cmd_usage_error("convert",
+                               "--target=%s: -o does not apply: %s has no creation "
+                               "options",
+                               t->name, p->describe);
+    }
     struct pin_walk w = {t, p, 0};
     if (req->options && kv_foreach(req->options, check_pin, &w) != 0) {
         return w.status ? w.status : cmd_usage_error("convert", "bad -o '%s'", req->options);
@@ -401,8 +429,8 @@ int target_size(const struct target_choice *c, uint64_t src_size, bool quiet, ui
                         name, src_size, name, p->max_size, p->max_why);
     }
     if (size != src_size && !quiet) {
-        fprintf(stderr, "%s: virtual size rounded up from %" PRIu64 " to %" PRIu64 " bytes (%s)\n",
-                name, src_size, size, why);
+        fprintf(stderr, "%s: %s rounded up from %" PRIu64 " to %" PRIu64 " bytes (%s)\n", name,
+                p->size_what ? p->size_what : "virtual size", src_size, size, why);
     }
     *out = size;
     return 0;

@@ -81,10 +81,12 @@ struct blk_copy_opts;
 struct target_profile;
 
 /* A profile whose output is no block format (an archive): write OUT from
- * src, of virtual size size (rounded already); return 0 or -errno with a
- * message.  convert removes OUT when it fails. */
+ * src, of virtual size size (rounded already), with create's times
+ * (reproducible output); return 0 or -errno with a message.  convert
+ * removes OUT when it fails. */
 typedef int (*target_write_fn)(const struct target_profile *p, struct blk_image *src,
-                               const char *out, uint64_t size, const struct blk_copy_opts *copy);
+                               const char *out, uint64_t size, const struct blk_copy_opts *copy,
+                               const struct blk_create_opts *create);
 /* A target whose files are no block image: print each violation on
  * stdout (target_print_violation) and return how many there were, or
  * -errno when the file could not be read. */
@@ -96,6 +98,7 @@ struct target_profile {
     const struct target_pin *pins;
     uint64_t align;         /* virtual size rounded up to a multiple of this (0: none) */
     const char *align_what; /* "a whole number of MiB" */
+    const char *size_what;  /* what is rounded, for the message (NULL: "virtual size") */
     uint64_t min_size;      /* rounded up to at least this (0: none) */
     uint64_t max_size;      /* a larger source is an error (0: the writer's limit) */
     const char *max_why;    /* names the limit */
@@ -136,6 +139,7 @@ struct target_request {
     bool compress;       /* -c */
     bool existing;       /* -n, or an NBD export */
     bool backing;        /* -B */
+    bool checksum;       /* --checksum */
 };
 
 /* Pick target name's profile for req and check req against its rules:
