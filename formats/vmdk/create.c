@@ -6,7 +6,14 @@
  * directory and its tables, all tables preallocated (zeroed), the first
  * grain at the end of that rounded up to 128 sectors.  streamOptimized
  * has the same front (version 3, compressed grains with markers); its
- * grains are appended by stream.c. */
+ * grains are appended by stream.c.
+ *
+ * layout=vmware (streamOptimized only, our extension) writes the front
+ * as VMware's own writer (open-vmdk's vmdk-convert) does: no redundant
+ * grain directory or tables, grains right after the tables, and a
+ * descriptor with encoding, ddb.longContentID (whose last 8 digits are
+ * the CID, kept in step when the CID changes) and VMware's cylinder
+ * count.  --target=vsphere and --target=aws ask for it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -38,6 +45,9 @@ struct vmdk_create_opts {
     char backing_file_buf[1024], backing_fmt_buf[64];
     bool compat6, zeroed_grain;
     bool compat6_set, zeroed_set;
+    const char *layout; /* NULL, "qemu" or "vmware" */
+    char layout_buf[16];
+    bool vmware;
 };
 
 static int parse_onoff(const char *key, const char *value, bool *out)
@@ -96,6 +106,8 @@ static int create_opt(const char *key, const char *value, void *opaque)
     } else if (strcmp(key, "backing_fmt") == 0) {
         return copy_value(key, value, c->backing_fmt_buf, sizeof c->backing_fmt_buf,
                           &c->backing_fmt);
+    } else if (strcmp(key, "layout") == 0) {
+        return copy_value(key, value, c->layout_buf, sizeof c->layout_buf, &c->layout);
     } else if (strcmp(key, "preallocation") == 0) {
         if (strcmp(value, "off") != 0) {
             return err_setx(ENOTSUP, "vmdk: preallocation '%s' is not supported (off only)", value);
@@ -140,6 +152,13 @@ static int create_parse(const struct blk_create_opts *o, struct vmdk_create_opts
     if (!adapter_ok) {
         return err_setx(EINVAL, "vmdk: unknown adapter type: '%s'", c->adapter);
     }
+    if (c->layout && strcmp(c->layout, "qemu") != 0 && strcmp(c->layout, "vmware") != 0) {
+        return err_setx(EINVAL, "vmdk: layout must be qemu or vmware, not '%s'", c->layout);
+    }
+    c->vmware = c->layout && strcmp(c->layout, "vmware") == 0;
+    if (c->vmware && (!c->subformat || strcmp(c->subformat, "streamOptimized") != 0)) {
+        return err_setx(EINVAL, "vmdk: layout=vmware is for subformat=streamOptimized only");
+    }
     if (c->compat6 && c->hwversion) {
         return err_setx(EINVAL, "vmdk: compat6 cannot be enabled with hwversion set");
     }
@@ -165,43 +184,59 @@ int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
     uint64_t sectors = d->sectors;
     char hint[VMDK_SECTOR * 4] = "";
     unsigned heads = strcmp(adapter, "ide") == 0 ? 16 : 255;
-    uint64_t cylinders = sectors * VMDK_SECTOR / (63ull * heads * VMDK_SECTOR);
+    /* qemu rounds the cylinders down; VMware's writer up, to at most
+     * 65535. */
+    uint64_t cylinders = d->vmware ? MIN(VMDK_DIV_UP(sectors, 63ull * heads), 65535u)
+                                   : sectors * VMDK_SECTOR / (63ull * heads * VMDK_SECTOR);
+    char long_id[64] = "";
+    if (d->vmware) {
+        snprintf(long_id, sizeof long_id, "ddb.longContentID = \"%s%08" PRIx32 "\"\n",
+                 d->long_id_prefix, cid);
+    }
     if (d->parent_hint && (size_t)snprintf(hint, sizeof hint, "parentFileNameHint=\"%s\"",
                                            d->parent_hint) >= sizeof hint) {
         return -ENOSPC;
     }
-    int n = snprintf(out, cap,
-                     "# Disk DescriptorFile\n"
-                     "version=1\n"
-                     "CID=%08" PRIx32 "\n"
-                     "parentCID=%08" PRIx32 "\n"
-                     "createType=\"%s\"\n"
-                     "%s\n"
-                     "# Extent description\n"
-                     "RW %" PRIu64 " SPARSE \"%s\"\n"
-                     "\n"
-                     "# The Disk Data Base\n"
-                     "#DDB\n"
-                     "\n"
-                     "ddb.virtualHWVersion = \"%s\"\n"
-                     "ddb.geometry.cylinders = \"%" PRIu64 "\"\n"
-                     "ddb.geometry.heads = \"%u\"\n"
-                     "ddb.geometry.sectors = \"63\"\n"
-                     "ddb.adapterType = \"%s\"\n"
-                     "ddb.toolsVersion = \"%s\"\n",
-                     cid, parent_cid, create_type, hint, sectors, extent_name, hwversion, cylinders,
-                     heads, adapter, toolsversion);
+    int n =
+        snprintf(out, cap,
+                 "# Disk DescriptorFile\n"
+                 "version=1\n"
+                 "%s"
+                 "CID=%08" PRIx32 "\n"
+                 "parentCID=%08" PRIx32 "\n"
+                 "createType=\"%s\"\n"
+                 "%s\n"
+                 "# Extent description\n"
+                 "RW %" PRIu64 " SPARSE \"%s\"\n"
+                 "\n"
+                 "# The Disk Data Base\n"
+                 "#DDB\n"
+                 "\n"
+                 "%s"
+                 "ddb.virtualHWVersion = \"%s\"\n"
+                 "ddb.geometry.cylinders = \"%" PRIu64 "\"\n"
+                 "ddb.geometry.heads = \"%u\"\n"
+                 "ddb.geometry.sectors = \"63\"\n"
+                 "ddb.adapterType = \"%s\"\n"
+                 "ddb.toolsVersion = \"%s\"\n",
+                 d->vmware ? "encoding=\"UTF-8\"\n" : "", cid, parent_cid, create_type, hint,
+                 sectors, extent_name, long_id, hwversion, cylinders, heads, adapter, toolsversion);
     return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }
 
-static void put_header(uint8_t *h, bool stream, bool zeroed, uint64_t sectors, uint64_t gd_sectors,
-                       uint64_t gt_count, uint64_t *overhead)
+/* qemu's layout: redundant tables, the first grain on a 64 KiB boundary.
+ * VMware's (vmware): no redundant tables (flag bit 1 clear), the grain
+ * directory at sector 21, grains right after the tables. */
+static void put_header(uint8_t *h, const struct vmdk_create_opts *c, bool stream, uint64_t sectors,
+                       uint64_t gd_sectors, uint64_t gt_count, uint64_t *overhead)
 {
-    uint64_t rgd = 1 + DESC_SECTORS;
-    uint64_t gd = rgd + gd_sectors + gt_count * GT_SECTORS;
-    uint32_t flags = VMDK_FLAG_NL_DETECT | VMDK_FLAG_RGD;
+    bool zeroed = c->zeroed_grain;
+    uint64_t rgd = c->vmware ? 0 : 1 + DESC_SECTORS;
+    uint64_t gd = c->vmware ? 1 + DESC_SECTORS : rgd + gd_sectors + gt_count * GT_SECTORS;
+    uint32_t flags = VMDK_FLAG_NL_DETECT | (c->vmware ? 0 : VMDK_FLAG_RGD);
+    uint64_t end = gd + gd_sectors + gt_count * GT_SECTORS;
 
-    *overhead = ROUND_UP(gd + gd_sectors + gt_count * GT_SECTORS, GRAIN_SECTORS);
+    *overhead = c->vmware ? end : ROUND_UP(end, GRAIN_SECTORS);
     if (zeroed) {
         flags |= VMDK_FLAG_ZEROED_GRAIN;
     }
@@ -315,14 +350,19 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
         return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
     }
     bool stream = c.subformat && strcmp(c.subformat, "streamOptimized") == 0;
-    put_header(hdr, stream, c.zeroed_grain, sectors, gd_sectors, gt_count, &overhead);
+    put_header(hdr, &c, stream, sectors, gd_sectors, gt_count, &overhead);
     if ((overhead + 2 * gd_sectors) > UINT32_MAX) {
         return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
     }
     CLEANUP_FREE char *copy = strdup(o->filename);
-    uint8_t cid_uuid[16];
-    if ((r = blk_create_uuid(o, VMDK_ID_CID, cid_uuid)) < 0) {
+    uint8_t cid_uuid[16], long_uuid[16];
+    char long_prefix[25];
+    if ((r = blk_create_uuid(o, VMDK_ID_CID, cid_uuid)) < 0 ||
+        (r = blk_create_uuid(o, VMDK_ID_LONG_CONTENT, long_uuid)) < 0) {
         return r;
+    }
+    for (int i = 0; i < 12; i++) {
+        snprintf(long_prefix + 2 * i, 3, "%02x", long_uuid[i]);
     }
     struct vmdk_new_desc nd = {
         .cid = vmdk_cid_from_uuid(cid_uuid),
@@ -336,6 +376,8 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
                      : c.compat6 ? "6"
                                  : "4",
         .toolsversion = c.toolsversion ? c.toolsversion : "2147483647",
+        .vmware = c.vmware,
+        .long_id_prefix = long_prefix,
     };
     r = copy ? vmdk_format_descriptor(desc, sizeof desc, &nd) : -ENOMEM;
     if (r < 0) {
@@ -343,7 +385,7 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     }
     uint64_t rgd = 1 + DESC_SECTORS, gd = get_le64(hdr + 56);
     r = blk_truncate(file, overhead * VMDK_SECTOR);
-    if (r == 0) {
+    if (r == 0 && !c.vmware) {
         r = write_gd(file, rgd, gd_sectors, gt_count);
     }
     if (r == 0) {
@@ -390,6 +432,9 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     }
     if (c.zeroed_set) {
         append(line, sizeof line, &n, " zeroed_grain=%s", c.zeroed_grain ? "on" : "off");
+    }
+    if (c.layout) {
+        append(line, sizeof line, &n, " layout=%s", c.layout);
     }
     *summary = strdup(line);
     return 0;

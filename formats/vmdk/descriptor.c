@@ -389,6 +389,26 @@ void vmdk_desc_free(struct vmdk_desc *d)
     memset(d, 0, sizeof *d);
 }
 
+/* "ddb.longContentID = \"" then 32 hex digits, a quote and the line's
+ * end (LF or CRLF): the line as VMware and layout=vmware write it. */
+#define LONG_ID_KEY "ddb.longContentID = \""
+#define LONG_ID_PREFIX (sizeof LONG_ID_KEY - 1)
+static bool long_content_id_line(const char *p, size_t n)
+{
+    size_t body = LONG_ID_PREFIX + 32 + 1; /* key, digits, quote */
+
+    if (n < body + 1 || n > body + 2 || memcmp(p, LONG_ID_KEY, LONG_ID_PREFIX) != 0 ||
+        p[body - 1] != '"' || p[n - 1] != '\n' || (n == body + 2 && p[body] != '\r')) {
+        return false;
+    }
+    for (size_t i = LONG_ID_PREFIX; i < LONG_ID_PREFIX + 32; i++) {
+        if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
 int vmdk_desc_set_cid(const char *text, size_t len, uint32_t cid, char *out, size_t cap)
 {
     const char *nul = memchr(text, '\0', len);
@@ -402,10 +422,17 @@ int vmdk_desc_set_cid(const char *text, size_t len, uint32_t cid, char *out, siz
         size_t n = nl ? (size_t)(nl - cur) + 1 : (size_t)(end - cur);
         char buf[32];
         const char *src = cur;
+        char idbuf[64];
         if (!done && n >= 4 && memcmp(cur, "CID=", 4) == 0) {
             n = (size_t)snprintf(buf, sizeof buf, "CID=%08" PRIx32 "\n", cid);
             src = buf;
             done = true;
+        } else if (long_content_id_line(cur, n)) {
+            /* VMware's longContentID ends with the CID: keep them in step */
+            memcpy(idbuf, cur, n);
+            snprintf(buf, sizeof buf, "%08" PRIx32, cid);
+            memcpy(idbuf + LONG_ID_PREFIX + 24, buf, 8);
+            src = idbuf;
         }
         if (used + n > cap) {
             return -ENOSPC;

@@ -8,6 +8,14 @@
  * the last grain, as VMware's streams end.  A later writer appends over
  * that footer and writes a new one.
  *
+ * A stream being written is never taken for a valid one, as VMware's
+ * writer makes sure: before the first grain of a session the header's
+ * magic becomes "kdmv" (lowercase: no reader recognises it), and only
+ * when the tables, the footer and the end marker are on stable storage
+ * does it become "KDMV" again (finish, at every flush and at close).
+ * Without it a crash could leave a file whose tables were written but
+ * whose later grains or footer were not, and that qemu would open.
+ *
  * Compression is split in two, as the block layer's compress hooks want:
  * convert deflates grains on all its workers (vmdk_stream_compress, no
  * lock) and appends them in order (vmdk_stream_pwrite_compressed).
@@ -134,6 +142,10 @@ static int append_grain(struct vmdk_state *s, uint64_t grain, const void *data, 
     if (r == 0 && !vmdk_sparse_has_gt(e, grain)) {
         r = vmdk_sparse_no_gt_error(e, grain);
     }
+    if (r == 0 && !s->stream_torn) {
+        r = blk_pwrite(e->file, 0, VMDK_TORN_MAGIC, 4, 0); /* durable by the next sync */
+        s->stream_torn = r == 0;
+    }
     uint64_t host = e->next_alloc;
     uint64_t total = ROUND_UP(VMDK_MARKER_HDR + (uint64_t)clen, VMDK_SECTOR);
     if (r == 0 && (host + total) / VMDK_SECTOR > UINT32_MAX) {
@@ -239,32 +251,43 @@ int vmdk_stream_open_rw(struct vmdk_state *s)
 }
 
 /* After the last grain: a footer marker, the footer (the header again)
- * and the end-of-stream marker; nothing after them. */
+ * and the end-of-stream marker; nothing after them.  Then, once all of
+ * it is on stable storage, the header's magic says the stream is whole. */
 int vmdk_stream_finish_locked(struct vmdk_state *s)
 {
     struct vmdk_extent *e = &s->extents[0];
     uint8_t tail[3 * VMDK_SECTOR] = {0};
-    int r;
+    int r = 0;
 
-    if (!s->stream_dirty) {
-        return 0;
+    if (s->stream_dirty) {
+        r = vmdk_sparse_flush_locked(e);
+        if (r == 0) {
+            r = blk_pread(e->file, 0, tail + VMDK_SECTOR, VMDK_SECTOR);
+        }
+        if (r < 0) {
+            return r;
+        }
+        memcpy(tail + VMDK_SECTOR, VMDK4_MAGIC, 4);
+        put_le64(tail, 1); /* one sector of metadata follows */
+        put_le32(tail + 12, VMDK_MARKER_FOOTER);
+        r = blk_pwrite(e->file, e->next_alloc, tail, sizeof tail, 0);
+        if (r == 0) {
+            r = blk_truncate(e->file, e->next_alloc + sizeof tail);
+        }
+        if (r == 0) {
+            e->file_len = e->next_alloc + sizeof tail;
+            s->stream_dirty = false;
+        }
     }
-    r = vmdk_sparse_flush_locked(e);
-    if (r == 0) {
-        r = blk_pread(e->file, 0, tail + VMDK_SECTOR, VMDK_SECTOR);
-    }
-    if (r < 0) {
-        return r;
-    }
-    put_le64(tail, 1); /* one sector of metadata follows */
-    put_le32(tail + 12, VMDK_MARKER_FOOTER);
-    r = blk_pwrite(e->file, e->next_alloc, tail, sizeof tail, 0);
-    if (r == 0) {
-        r = blk_truncate(e->file, e->next_alloc + sizeof tail);
-    }
-    if (r == 0) {
-        e->file_len = e->next_alloc + sizeof tail;
-        s->stream_dirty = false;
+    if (r == 0 && s->stream_torn) {
+        r = blk_flush(e->file);
+        if (r == 0) {
+            r = blk_pwrite(e->file, 0, VMDK4_MAGIC, 4, 0);
+        }
+        if (r == 0) {
+            r = blk_flush(e->file);
+        }
+        s->stream_torn = r != 0;
     }
     return r;
 }

@@ -438,7 +438,9 @@ static int vmdk_flush(struct blk_node *n)
         return 0;
     }
     pthread_mutex_lock(&s->lock);
-    r = vmdk_sparse_flush_locked(&s->extents[0]);
+    /* A stream is whole after every flush (stream.c): convert's final
+     * flush reports a failure to finish it. */
+    r = s->stream ? vmdk_stream_finish_locked(s) : vmdk_sparse_flush_locked(&s->extents[0]);
     pthread_mutex_unlock(&s->lock);
     return r;
 }

@@ -35,6 +35,8 @@
 
 #define VMDK_SECTOR 512u
 #define VMDK4_MAGIC "KDMV"
+/* The magic of a stream being written (VMware's writer's trick). */
+#define VMDK_TORN_MAGIC "kdmv"
 #define VMDK_HEADER_SIZE 512u
 #define VMDK_FLAG_NL_DETECT (1u << 0)
 #define VMDK_FLAG_RGD (1u << 1)
@@ -81,8 +83,9 @@ struct vmdk_desc {
  * file in messages.  On failure: -errno with a message. */
 int vmdk_desc_parse(const char *text, size_t len, const char *what, struct vmdk_desc *d);
 void vmdk_desc_free(struct vmdk_desc *d);
-/* The text with its CID line set to cid, into out (cap bytes, zero
- * padded); -ENOSPC when it does not fit. */
+/* The text with its CID line set to cid (and the last 8 digits of a
+ * VMware ddb.longContentID line), into out (cap bytes, zero padded);
+ * -ENOSPC when it does not fit. */
 int vmdk_desc_set_cid(const char *text, size_t len, uint32_t cid, char *out, size_t cap);
 /* The probe: a sparse header or a text descriptor (qemu's rules). */
 int vmdk_probe(const uint8_t *buf, size_t len, const char *filename);
@@ -141,7 +144,8 @@ struct vmdk_state {
     bool read_only;
     bool stream;              /* streamOptimized */
     _Atomic bool cid_updated; /* the first write of this open changed the CID */
-    bool stream_dirty;        /* grains appended: footer and EOS at close */
+    bool stream_dirty;        /* grains appended: footer and EOS at flush */
+    bool stream_torn;         /* the header's magic says "being written" */
     uint32_t stream_last_grain;
     bool stream_has_last;
 };
@@ -205,6 +209,7 @@ int vmdk_open_extents(struct vmdk_state *s, const struct blk_open_opts *opts, co
  * with VMDK_ID_CID): its first 32 bits, never the values that mean "no
  * parent" or "unset". */
 #define VMDK_ID_CID "vmdk CID"
+#define VMDK_ID_LONG_CONTENT "vmdk longContentID"
 static inline uint32_t vmdk_cid_from_uuid(const uint8_t *u)
 {
     uint32_t cid = (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 | (uint32_t)u[2] << 8 | u[3];
@@ -224,6 +229,10 @@ struct vmdk_new_desc {
     const char *extent_name;
     const char *parent_hint; /* NULL: no parent */
     const char *adapter, *hwversion, *toolsversion;
+    /* VMware's descriptor: encoding, ddb.longContentID (24 hex digits,
+     * then the CID) and its cylinder count. */
+    bool vmware;
+    const char *long_id_prefix;
 };
 /* Write a descriptor's text for a new single-file image. */
 int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d);
@@ -237,7 +246,9 @@ int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
     "  hwversion=<str>         VMDK hardware version (default 4)\n"                                \
     "  compat6=<bool>          VMDK version 6 image (hwversion 6)\n"                               \
     "  toolsversion=<str>      VMware guest tools version (default 2147483647)\n"                  \
-    "  zeroed_grain=<bool>     Enable efficient zero writes (zeroed-grain entries)\n"
+    "  zeroed_grain=<bool>     Enable efficient zero writes (zeroed-grain entries)\n"              \
+    "  layout=<str>            qemu (default) or vmware: a streamOptimized image as VMware's\n"    \
+    "                          writer lays it out (diskimg only)\n"
 
 /* ---- check.c ---- */
 
