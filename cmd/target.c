@@ -74,6 +74,7 @@ static const struct target_profile azure_profiles[] = {
 static const struct target_pin stream_pins[] = {
     {"subformat", "streamOptimized", TARGET_STR,
      "only streamOptimized VMDKs are imported (hosted sparse ones are refused)"},
+    {"layout", "vmware", TARGET_STR, "the stream is laid out as VMware's own writer lays it out"},
     {NULL},
 };
 
@@ -118,7 +119,7 @@ static const struct target_rule aws_raw_rules[] = {
 
 static const struct target_profile aws_profiles[] = {
     {.format = "vmdk",
-     .options = "subformat=streamOptimized,adapter_type=lsilogic",
+     .options = "subformat=streamOptimized,adapter_type=lsilogic,layout=vmware",
      .pins = stream_pins,
      .align = GiB,
      .align_what = "a whole number of GiB, the EBS volume's size",
@@ -165,7 +166,7 @@ static const struct target_rule vsphere_rules[] = {
 
 static const struct target_profile vsphere_profiles[] = {
     {.format = "vmdk",
-     .options = "subformat=streamOptimized,adapter_type=lsilogic",
+     .options = "subformat=streamOptimized,adapter_type=lsilogic,layout=vmware",
      .pins = stream_pins,
      .align = 512,
      .align_what = "a whole number of sectors",

@@ -76,8 +76,17 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
         assert_success
         [[ -z $stderr ]]
         out_ok vsphere vmdk out-vs.vmdk "$src" "$sfmt" "$SIZE"
-        [[ $(le32 out-vs.vmdk 4) == 3 ]]
-        dd if=out-vs.vmdk bs=512 skip=1 count=20 2>/dev/null | grep -q 'ddb.adapterType = "lsilogic"'
+        # VMware's layout: flags 0x30001 (no redundant tables), no RGD,
+        # the grain directory at sector 21; its descriptor keys
+        [[ $(le32 out-vs.vmdk 4) == 3 && $(le32 out-vs.vmdk 8) == $((0x30001)) ]]
+        [[ $(le32 out-vs.vmdk 48) == 0 && $(le32 out-vs.vmdk 56) == 21 ]]
+        dd if=out-vs.vmdk bs=512 skip=1 count=20 2>/dev/null | tr -d '\0' >desc.txt
+        grep -qx 'ddb.adapterType = "lsilogic"' desc.txt
+        grep -qx 'ddb.geometry.heads = "255"' desc.txt
+        grep -qx 'encoding="UTF-8"' desc.txt
+        local cid
+        cid=$(sed -n 's/^CID=//p' desc.txt)
+        grep -qE "^ddb.longContentID = \"[0-9a-f]{24}$cid\"$" desc.txt
         # hyperv: dynamic VHDX, 1 MiB blocks, 4 KiB physical sectors
         run --separate-stderr "$DISKIMG" convert --target=hyperv "$src" out.vhdx
         assert_success
@@ -186,6 +195,8 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
 --target=vsphere -c|-c is implied: a streamOptimized VMDK is always compressed
 --target=azure -c|-c is not possible: a fixed VHD cannot be compressed
 --target=aws -O vpc -o force_size=no|force_size=on
+--target=aws -o layout=qemu|-o layout=qemu contradicts the target: layout=vmware
+--target=hyperv -o physical_sector_size=512|physical_sector_size=4096
 EOF
     run --separate-stderr "$DISKIMG" convert --target=azure -n src.raw src2.raw
     [[ $status -eq 2 && $stderr == *"cannot write an existing target"* ]]
@@ -199,9 +210,49 @@ EOF
     [[ $stderr == "diskimg: azure: the source's virtual size 3298534883328 is larger than azure takes: at most 2190433320960 bytes (2040 GiB"* ]]
     [[ $(wc -l <<<"$stderr") == 1 ]]
     [[ ! -e out.vhd ]]
+    # layout=vmware is for streams only
+    run "$DISKIMG" create -f vmdk -o layout=vmware x.vmdk 1M
+    [[ $status -eq 1 ]]
+    assert_output --partial "layout=vmware is for subformat=streamOptimized only"
+    # aws -O vpc may be fixed
+    "$DISKIMG" convert -q --target=aws -O vpc -o subformat=fixed src.raw f.vhd
+    [[ $(stat -c %s f.vhd) == $((GiB + 512)) ]]
     # --help names the targets
     run "$DISKIMG" convert --help
     assert_output --partial "--target=NAME"
     run "$DISKIMG" check --help
     assert_output --partial "azure, aws, vsphere, hyperv"
+}
+
+# nbdsh runs "python3 -m nbd": the python with libnbd's module first.
+nbdsh() {
+    PATH="$(dirname "$PYTHON3"):$PATH" command nbdsh "$@"
+}
+
+@test "targets: a stream being written is never taken for a whole one" {
+    require_nbd_python
+    truncate -s 4M zero.raw
+    "$DISKIMG" convert -q --target=vsphere zero.raw s.vmdk
+    [[ $(head -c 4 s.vmdk) == KDMV ]]
+    # a grain written, the server killed before any flush: the magic says
+    # "being written", and no reader takes the file for a VMDK
+    start_server -t -f vmdk s.vmdk
+    nbdsh_run 'h.pwrite(b"\x07" * 65536, 1048576)'
+    [[ $(head -c 4 s.vmdk) == kdmv ]]
+    stop_server KILL
+    [[ $(qemu-img info --output=json s.vmdk | jq -r .format) == raw ]]
+    run "$DISKIMG" check --target=vsphere s.vmdk
+    [[ $status -eq 4 ]]
+    assert_output --partial "the image is raw, not a streamOptimized VMDK"
+    # written and flushed: whole again, with the grain, footer and end marker
+    "$DISKIMG" convert -q --target=vsphere zero.raw s.vmdk
+    start_server -t -f vmdk s.vmdk
+    nbdsh_run 'h.pwrite(b"\x07" * 65536, 1048576); h.flush()'
+    stop_server
+    [[ $(head -c 4 s.vmdk) == KDMV ]]
+    "$PYTHON3" -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(1 << 20); f.write(b"\x07" * 65536)' zero.raw
+    run qemu-img compare zero.raw s.vmdk
+    assert_success
+    run "$DISKIMG" check --target=vsphere s.vmdk
+    assert_success
 }
