@@ -1,7 +1,8 @@
 /* block/compare.c: the compare engine, see compare.h.  Block status
  * drives it: a range that reads as zeroes in both images is never read,
  * so large holes cost nothing, and a range is read in chunks of at most
- * CMP_CHUNK.  Nothing here prints; cmd/compare.c does. */
+ * CMP_CHUNK, on every core (blk_pread_many: inflating a compressed image
+ * is the cost).  Nothing here prints; cmd/compare.c does. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "compare.h"
+#include "pread-many.h"
 
 #define CMP_CHUNK (4u << 20)
 
@@ -59,6 +61,49 @@ static uint64_t first_difference(const uint8_t *pa, const uint8_t *pb, uint64_t 
     return n;
 }
 
+/* Outside strict mode, extend [off, off+*n) over the extents after it
+ * that need reading (not zero in both), up to a chunk: a compressed image
+ * answers block status one cluster at a time, and a cluster is too small
+ * to read on every core. */
+static int extend_window(struct cmp *c, uint64_t off, uint64_t len, uint64_t *n, bool *za, bool *zb)
+{
+    uint64_t max = MIN(len, (uint64_t)CMP_CHUNK);
+
+    while (!c->o->strict && *n < max) {
+        struct blk_extent ea, eb;
+        uint64_t at = off + *n;
+        int r;
+        if ((r = blk_image_block_status(c->a, at, len - *n, &ea)) < 0 ||
+            (r = blk_image_block_status(c->b, at, len - *n, &eb)) < 0) {
+            return cmp_failed(c, BLK_CMP_FAIL_STATUS, at, r);
+        }
+        bool na = ea.flags & BLK_EXT_ZERO, nb = eb.flags & BLK_EXT_ZERO;
+        if (na && nb) {
+            break;
+        }
+        *za &= na;
+        *zb &= nb;
+        *n += MIN(ea.length, eb.length);
+    }
+    *n = MIN(*n, max);
+    return 0;
+}
+
+/* Read what is not known to be zero of [off, off+n) of both images. */
+static int read_both(struct cmp *c, uint64_t off, uint64_t n, bool za, bool zb)
+{
+    struct blk_pread_job jobs[2];
+    unsigned k = 0;
+
+    if (!za) {
+        jobs[k++] = (struct blk_pread_job){c->a, off, c->ba, n};
+    }
+    if (!zb) {
+        jobs[k++] = (struct blk_pread_job){c->b, off, c->bb, n};
+    }
+    return blk_pread_many(jobs, k, 0);
+}
+
 /* [off, off+len) of both images, until the first difference. */
 static int cmp_range(struct cmp *c, uint64_t off, uint64_t len)
 {
@@ -78,8 +123,10 @@ static int cmp_range(struct cmp *c, uint64_t off, uint64_t len)
             return 0;
         }
         if (!(za && zb)) {
-            if ((!za && (r = blk_image_pread(c->a, off, c->ba, n)) < 0) ||
-                (!zb && (r = blk_image_pread(c->b, off, c->bb, n)) < 0)) {
+            if ((r = extend_window(c, off, len, &n, &za, &zb)) < 0) {
+                return r;
+            }
+            if ((r = read_both(c, off, n, za, zb)) < 0) {
                 return cmp_failed(c, BLK_CMP_FAIL_READ, off, r);
             }
             uint64_t i = first_difference(za ? NULL : c->ba, zb ? NULL : c->bb, n);
@@ -107,7 +154,8 @@ static int cmp_tail(struct cmp *c, struct blk_image *img, uint64_t off, uint64_t
         }
         uint64_t n = MIN(e.length, (uint64_t)CMP_CHUNK);
         if (!(e.flags & BLK_EXT_ZERO)) {
-            if ((r = blk_image_pread(img, off, c->ba, n)) < 0) {
+            struct blk_pread_job job = {img, off, c->ba, n};
+            if ((r = blk_pread_many(&job, 1, 0)) < 0) {
                 return cmp_failed(c, BLK_CMP_FAIL_READ, off, r);
             }
             uint64_t i = first_difference(c->ba, NULL, n);
