@@ -1,5 +1,6 @@
-# bench-lib.sh: pieces shared by qcow2-bench.sh and tls-bench.sh (sourced;
-# they set PY and DIR, and keep the running server's PID in SERVER).
+# bench-lib.sh: pieces shared by qcow2-bench.sh, tls-bench.sh and
+# compress-bench.sh (sourced; the first two set PY and DIR, and keep the
+# running server's PID in SERVER).
 
 # wait_socket NAME SOCK: wait up to 10 s for the server to listen on SOCK.
 wait_socket() {
@@ -27,4 +28,15 @@ client_value() {
 d = json.load(sys.stdin)
 if "iops" not in d: sys.exit("client: %s" % d)
 print(round(d["iops"] * d["bs"] / 1e6, 1) if d["bs"] >= 1048576 else d["iops"])'
+}
+
+# evict_files FILE...: write back, then drop from the page cache, every
+# FILE that exists (a cold start for the next case).
+evict_files() {
+  local f
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    sync "$f"
+    dd if="$f" iflag=nocache count=0 status=none
+  done
 }
