@@ -443,3 +443,16 @@ int vmdk_desc_set_cid(const char *text, size_t len, uint32_t cid, char *out, siz
     }
     return done ? 0 : -EINVAL;
 }
+
+void vmdk_desc_set_long_id_prefix(char *text, size_t len, const char prefix[24])
+{
+    for (char *cur = text, *end = text + len; cur < end;) {
+        char *nl = memchr(cur, '\n', (size_t)(end - cur));
+        size_t n = nl ? (size_t)(nl - cur) + 1 : (size_t)(end - cur);
+        if (long_content_id_line(cur, n)) {
+            memcpy(cur + LONG_ID_PREFIX, prefix, 24);
+            return;
+        }
+        cur = nl ? nl + 1 : end;
+    }
+}

@@ -330,17 +330,25 @@ static int update_cid(struct vmdk_state *s)
 }
 
 /* Reproducible output: the CID from seed, as the first write of an open
- * sets it, and no later write of this open changes it again.  parentCID
- * is the parent's CID (or "none"): content, not identity. */
+ * sets it, and no later write of this open changes it again; VMware's
+ * ddb.longContentID (layout=vmware) too, its last 8 digits the CID.
+ * parentCID is the parent's CID (or "none"): content, not identity. */
 static int vmdk_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN])
 {
     struct vmdk_state *s = n->opaque;
     struct vmdk_extent *e = &s->extents[0];
-    uint8_t u[UUID_LEN];
+    uint8_t u[UUID_LEN], long_id[UUID_LEN];
+    char prefix[25];
     int r = uuid_derive(seed, VMDK_ID_CID, u);
 
+    if (r == 0) {
+        r = uuid_derive(seed, VMDK_ID_LONG_CONTENT, long_id);
+    }
     if (r < 0) {
         return r;
+    }
+    for (int i = 0; i < 12; i++) {
+        snprintf(prefix + 2 * i, 3, "%02x", long_id[i]);
     }
     uint32_t cid = vmdk_cid_from_uuid(u);
     pthread_mutex_lock(&s->lock);
@@ -351,6 +359,7 @@ static int vmdk_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN
         } else if (vmdk_desc_set_cid(s->desc_text, s->desc_len, cid, out, e->desc_len) < 0) {
             r = err_setx(EINVAL, "%s: vmdk: no room for the CID in the descriptor", e->name);
         } else {
+            vmdk_desc_set_long_id_prefix(out, e->desc_len, prefix);
             r = blk_pwrite(e->file, e->desc_off, out, e->desc_len, 0);
         }
     }

@@ -87,6 +87,9 @@ void vmdk_desc_free(struct vmdk_desc *d);
  * VMware ddb.longContentID line), into out (cap bytes, zero padded);
  * -ENOSPC when it does not fit. */
 int vmdk_desc_set_cid(const char *text, size_t len, uint32_t cid, char *out, size_t cap);
+/* In place: the first 24 hex digits of a VMware ddb.longContentID line
+ * of text (len bytes) set to prefix; without such a line, nothing. */
+void vmdk_desc_set_long_id_prefix(char *text, size_t len, const char prefix[24]);
 /* The probe: a sparse header or a text descriptor (qemu's rules). */
 int vmdk_probe(const uint8_t *buf, size_t len, const char *filename);
 

@@ -42,7 +42,8 @@ PY
 # The targets: "FORMAT [creation options]", every subformat we write.
 TARGETS=(
     "raw" "qcow2" "qcow2 -c" "vpc" "vpc subformat=fixed"
-    "vmdk" "vmdk subformat=streamOptimized" "vhdx block_size=1M"
+    "vmdk" "vmdk subformat=streamOptimized" "vmdk subformat=streamOptimized,layout=vmware"
+    "vhdx block_size=1M"
     "vhdx subformat=fixed" "vdi" "vdi static=on"
 )
 
