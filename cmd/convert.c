@@ -79,7 +79,9 @@ static void convert_usage(FILE *f)
             "      --target=NAME      deliver to a cloud or hypervisor (%s):\n"
             "                         its format and options, its size rounding (printed);\n"
             "                         options that break its rules are refused; see\n"
-            "                         diskimg-targets(7)\n"
+            "                         diskimg-targets(7); gce writes OUT.tar.gz, disk.raw\n"
+            "                         in an old-GNU sparse tar gzip'd on every core (- for\n"
+            "                         stdout)\n"
             "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
             "  -h, --help        this help\n"
             "\n"
