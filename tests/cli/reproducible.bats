@@ -172,6 +172,20 @@ ids() {
     [[ $(cmp -l "$TEST_DIR/a/out.img" "$TEST_DIR/b/out.img" | wc -l) -gt 0 ]]
 }
 
+@test "the IDs follow the disk, not its container: raw, qcow2 and NBD sources give one file" {
+    make_source "$SRC"
+    qemu-img convert -q -f raw -O qcow2 "$SRC" "$TEST_DIR/src.qcow2"
+    start_server -t -r -f raw "$SRC"
+    local fmt
+    for fmt in vpc vhdx vmdk; do
+        SOURCE_DATE_EPOCH=7 convert_to "$TEST_DIR/a" "$fmt"
+        SOURCE_DATE_EPOCH=7 "$DISKIMG" convert -q -O "$fmt" "$TEST_DIR/src.qcow2" "$TEST_DIR/b/out.img"
+        cmp "$TEST_DIR/a/out.img" "$TEST_DIR/b/out.img"
+        SOURCE_DATE_EPOCH=7 "$DISKIMG" convert -q -O "$fmt" "$URI" "$TEST_DIR/b/out.img"
+        cmp "$TEST_DIR/a/out.img" "$TEST_DIR/b/out.img"
+    done
+}
+
 @test "create --reproducible: IDs from format, options and size" {
     local fmt
     for fmt in vpc vdi vhdx vmdk qcow2 raw; do
