@@ -3,9 +3,9 @@
 
 Small VMDK files (4 KiB grains, a few KB each) in the layouts the driver
 reads: monolithicSparse with a data grain and a zeroed grain,
-streamOptimized with tables at the front, a VMware-style stream with the
-grain directory at the end (footer and end-of-stream marker), and text
-descriptors.  qemu-img cannot make grains this small, hence this script."""
+streamOptimized with tables at the front (qemu's layout and layout=vmware),
+a VMware-style stream with the grain directory at the end (footer and
+end-of-stream marker), and text descriptors.  qemu-img cannot make grains this small, hence this script."""
 import os
 import struct
 import sys
@@ -83,12 +83,35 @@ def stream_gd_at_end():
     return bytes(img)
 
 
+def stream_vmware_front():
+    # layout=vmware: no RGD, GD at sector 2 (after a 1-sector descriptor),
+    # GT after it, grains right after the tables, then footer and EOS; the
+    # descriptor has encoding and a longContentID ending with the CID
+    flags = 0x30001
+    text = ('# Disk DescriptorFile\nversion=1\nencoding="UTF-8"\nCID=12345678\n'
+            'parentCID=ffffffff\ncreateType="streamOptimized"\n\n# Extent description\n'
+            'RW 64 SPARSE "x.vmdk"\n\n#DDB\n\n'
+            'ddb.longContentID = "0123456789abcdef0123456712345678"\n'
+            'ddb.adapterType = "lsilogic"\n').encode()
+    img = bytearray(header(3, flags, 2, 0, 7, 1))
+    img += text.ljust(512, b"\0")
+    img += struct.pack("<I", 3) + bytes(508)
+    img += bytes(2048)
+    comp = zlib.compress(b"vmware" * 680 + bytes(GRAIN * 512 - 6 * 680))
+    struct.pack_into("<I", img, sector(3) + 4 * 1, len(img) // 512)
+    blob = struct.pack("<QI", GRAIN, len(comp)) + comp
+    img += blob + bytes(-len(blob) % 512)
+    img += struct.pack("<QII", 1, 0, 3) + bytes(496) + header(3, flags, 2, 0, 7, 1) + bytes(512)
+    return bytes(img)
+
+
 def main():
     out = sys.argv[1]
     seeds = {
         "seed-monolithic-sparse": sparse(False),
         "seed-stream-front-gd": sparse(True),
         "seed-stream-gd-at-end": stream_gd_at_end(),
+        "seed-stream-vmware-front": stream_vmware_front(),
         "seed-desc-flat": desc("monolithicFlat", 'RW 2048 FLAT "x-flat.vmdk" 0'),
         "seed-desc-2gb-sparse": desc("twoGbMaxExtentSparse",
                                      'RW 4194304 SPARSE "x-s001.vmdk"\nRW 2048 SPARSE "x-s002.vmdk"'),
