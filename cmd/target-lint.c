@@ -60,6 +60,12 @@ static bool field_broken(const struct target_rule *r, const struct target_facts 
         }
         snprintf(buf, len, "%s is %s, not \"%s\" (%s)", field_label(r), have, r->str, r->what);
         return true;
+    case TARGET_FIELD_NOT_STR:
+        if (v->type != BLK_INFO_STR || strcmp(v->s, r->str) != 0) {
+            return false;
+        }
+        snprintf(buf, len, "%s is %s (%s)", field_label(r), have, r->what);
+        return true;
     case TARGET_FIELD_INT:
         if (v->type == BLK_INFO_INT && v->i == r->n) {
             return false;

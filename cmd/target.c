@@ -105,6 +105,9 @@ static const struct target_rule aws_vmdk_rules[] = {
 };
 
 static const struct target_rule aws_vpc_rules[] = {
+    {TARGET_MUST, TARGET_FIELD_NOT_STR, "subformat", "differencing",
+     .what = "VM Import takes fixed and dynamic VHDs, not a child of another disk",
+     .source = "VM Import/Export user guide; osbuild-composer #813"},
     {TARGET_MUST, TARGET_FIELD_IS_SIZE, "current-size",
      .what = "readers that size the disk by current_size and by geometry disagree",
      .source = "osbuild-composer #540; qemu vpc_open()"},

@@ -43,6 +43,7 @@ enum target_severity { TARGET_MUST, TARGET_NOTE };
  * format driver's info fields), not from the file's bytes. */
 enum target_check {
     TARGET_FIELD_STR,     /* info field key is the string str */
+    TARGET_FIELD_NOT_STR, /* info field key is not the string str */
     TARGET_FIELD_INT,     /* info field key is n */
     TARGET_FIELD_BITS,    /* info field key has every bit of n */
     TARGET_FIELD_TRUE,    /* boolean info field key is true */

@@ -137,6 +137,12 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
     run "$DISKIMG" check --target=azure -f vpc bad.vhd
     [[ $status -eq 4 ]]
     assert_output --partial "checksum"
+    # aws: a differencing VHD (made by hand: qemu-img cannot) is refused
+    qemu-img create -q -f vpc base.vhd 2M
+    "$PYTHON3" "$BATS_TEST_DIRNAME/vpc_craft.py" diff base.vhd child.vhd w2ru
+    run "$DISKIMG" check --target=aws child.vhd
+    [[ $status -eq 4 ]]
+    assert_line --partial 'aws: subformat is "differencing" (VM Import takes fixed and dynamic VHDs'
     # hyperv: qemu-img's default VHDX has 8 MiB blocks and 512-byte
     # physical sectors; even with block_size=1M it lacks the 4 KiB ones
     qemu-img create -q -f vhdx d.vhdx 64M
