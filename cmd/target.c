@@ -84,14 +84,14 @@ static const struct target_pin aws_vpc_pins[] = {
     {NULL},
 };
 
-static const struct target_rule aws_gib_note = {
-    TARGET_NOTE,
-    TARGET_SIZE_ALIGN,
-    .n = GiB,
-    .what = "a whole number of GiB",
-    .fix = "EBS rounds the volume up to the next GiB",
-    .source = "osbuild #326 (observed)",
-};
+/* A macro, not a const object: an object is no constant expression for
+ * an initializer in C (gcc accepts it, clang refuses it). */
+#define AWS_GIB_NOTE                                                                               \
+    {                                                                                              \
+        TARGET_NOTE, TARGET_SIZE_ALIGN, .n = GiB, .what = "a whole number of GiB",                 \
+                                        .fix = "EBS rounds the volume up to the next GiB",         \
+                                        .source = "osbuild #326 (observed)",                       \
+    }
 
 static const struct target_rule aws_vmdk_rules[] = {
     {TARGET_MUST, TARGET_FIELD_STR, "create-type", "streamOptimized",
@@ -100,7 +100,7 @@ static const struct target_rule aws_vmdk_rules[] = {
     {TARGET_MUST, TARGET_FIELD_BITS, "header-flags", .n = 0x30000,
      .what = "a stream's grains are compressed, with markers",
      .source = "VMware Virtual Disk Format 5.0"},
-    aws_gib_note,
+    AWS_GIB_NOTE,
     {.what = NULL},
 };
 
@@ -111,12 +111,12 @@ static const struct target_rule aws_vpc_rules[] = {
     {TARGET_MUST, TARGET_FIELD_IS_SIZE, "current-size",
      .what = "readers that size the disk by current_size and by geometry disagree",
      .source = "osbuild-composer #540; qemu vpc_open()"},
-    aws_gib_note,
+    AWS_GIB_NOTE,
     {.what = NULL},
 };
 
 static const struct target_rule aws_raw_rules[] = {
-    aws_gib_note,
+    AWS_GIB_NOTE,
     {.what = NULL},
 };
 
