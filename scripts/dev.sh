@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 # Everything the build, the tests and the benchmarks use.
 PACKAGES=(
     meson ninja-build pkg-config gcc clang clang-format python3
-    zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev
+    zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev libdeflate-dev
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
     socat jq procps psmisc util-linux coreutils groff-base mandoc

@@ -32,6 +32,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
+#include "formats/zfast.h"
 #include "vmdk.h"
 
 /* Each thread keeps its deflate state: setting it up costs more than
@@ -62,6 +63,12 @@ static void deflate_key_init(void)
 static int deflate_grain(const void *in, uint64_t len, void *out, size_t cap, size_t *out_len)
 {
     struct deflate_state *d;
+
+    /* libdeflate, when built with it: the same format, twice as fast. */
+    int r = zfast_zlib_compress(in, len, out, cap, out_len);
+    if (r != -ENOTSUP) {
+        return r == -ENOMEM ? err_set(ENOMEM, "vmdk: deflate") : r;
+    }
 
     pthread_once(&deflate_once, deflate_key_init);
     d = pthread_getspecific(deflate_key);
