@@ -144,6 +144,9 @@ static void on_member(struct gce_lint *l, const struct tar_header *h)
 {
     l->members++;
     if (l->members > GCE_MAX_MEMBERS) {
+        violation(l, "archive disk.raw alone",
+                  "the archive holds more than %u members; GCE takes exactly one, disk.raw",
+                  GCE_MAX_MEMBERS);
         stop(l);
         return;
     }
@@ -324,8 +327,7 @@ unsigned gce_lint_finish(struct gce_lint *l)
     }
     if (l->members != 1) {
         violation(l, "archive disk.raw alone",
-                  "the archive holds %u members%s; GCE takes exactly one, disk.raw", l->members,
-                  l->members > GCE_MAX_MEMBERS ? " or more" : "");
+                  "the archive holds %u members; GCE takes exactly one, disk.raw", l->members);
     }
     return l->violations;
 }

@@ -334,6 +334,26 @@ static void test_lint(void)
     CHECK(strstr(w.last, "not gzip"));
 }
 
+/* A flood of valid members, each disk.raw of a GiB with no data: the
+ * count is capped, and going past the cap is a violation, not a pass. */
+static void test_member_cap(void)
+{
+    struct tar_sparse map[] = {{GIB, 0}};
+    struct tar_member m = {
+        .name = "disk.raw", .mode = 0644, .real_size = GIB, .map = map, .n_map = 1};
+    uint8_t h[512];
+    struct verdict v = {0};
+    struct gce_lint l;
+
+    tar_member_write_header(&m, h);
+    gce_lint_init(&l, on_violation, &v);
+    for (unsigned i = 0; i < GCE_MAX_MEMBERS + 5; i++) {
+        gce_lint_feed(&l, h, sizeof h);
+    }
+    CHECK(gce_lint_finish(&l) >= 1);
+    CHECK(strstr(v.last, "more than"));
+}
+
 int main(void)
 {
     RUN(test_numbers);
@@ -341,5 +361,6 @@ int main(void)
     RUN(test_extension_blocks);
     RUN(test_gzip_roundtrip);
     RUN(test_lint);
+    RUN(test_member_cap);
     return check_exit();
 }
