@@ -12,6 +12,7 @@
 
 #include "archive-gce.h"
 #include "common/cleanup.h"
+#include "common/cpus.h"
 #include "common/error.h"
 #include "common/gzip-par.h"
 #include "common/tar-gnu.h"
@@ -254,7 +255,8 @@ int blk_gce_write(struct blk_image *src, int fd, const struct blk_gce_opts *o,
         res->tar_size = s.length;
         struct gzpar_opts g = {
             .length = s.length,
-            .threads = o->workers,
+            .threads = MAX(o->workers, cpus_usable()), /* every core compresses */
+            .reads = o->workers,                       /* -m bounds the I/O */
             .level = o->level ? o->level : GZPAR_DEFAULT_LEVEL,
             .mtime = o->mtime > UINT32_MAX ? 0 : (uint32_t)o->mtime, /* 0: none, as gzip */
             .read = stream_read,

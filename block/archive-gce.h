@@ -25,7 +25,7 @@
 #define BLK_GCE_MAX_MAP (1u << 20)
 
 struct blk_gce_opts {
-    unsigned workers; /* reads in flight and compressing threads */
+    unsigned workers; /* reads in flight (-m); one compressing thread per core, or more */
     int level;        /* gzip level, 1..9 (0: 6, gzip's default) */
     uint64_t mtime;   /* the tar member's and the gzip header's */
     /* Called from the workers with the archive's input bytes done. */

@@ -23,6 +23,8 @@ struct gzpar {
     uint64_t n_chunks;
     pthread_mutex_t lock;
     pthread_cond_t turn;
+    unsigned reading; /* under lock: reads in flight, at most max_reads */
+    unsigned max_reads;
     uint64_t next_claim; /* under lock */
     uint64_t next_write; /* under lock */
     uint32_t crc;        /* under lock: of the chunks written */
@@ -129,6 +131,24 @@ static int write_in_order(struct gzpar *g, uint64_t k, const uint8_t *out, size_
     return r;
 }
 
+/* Read through o->read with at most max_reads reads in flight (-m
+ * bounds the I/O; the compressing threads follow the cores). */
+static int bounded_read(struct gzpar *g, uint64_t off, void *buf, size_t len)
+{
+    pthread_mutex_lock(&g->lock);
+    while (g->reading >= g->max_reads) {
+        pthread_cond_wait(&g->turn, &g->lock);
+    }
+    g->reading++;
+    pthread_mutex_unlock(&g->lock);
+    int r = g->o->read(g->o->opaque, off, buf, len);
+    pthread_mutex_lock(&g->lock);
+    g->reading--;
+    pthread_cond_broadcast(&g->turn);
+    pthread_mutex_unlock(&g->lock);
+    return r;
+}
+
 static int do_chunk(struct gzpar_worker *w, uint64_t k)
 {
     struct gzpar *g = w->g;
@@ -138,7 +158,7 @@ static int do_chunk(struct gzpar_worker *w, uint64_t k)
     size_t out_len = 0;
     int r;
 
-    r = g->o->read(g->o->opaque, start - dict, w->in, dict + len);
+    r = bounded_read(g, start - dict, w->in, dict + len);
     if (r < 0) {
         return r;
     }
@@ -258,6 +278,7 @@ int gzpar_compress(const struct gzpar_opts *o)
     if (n > g.n_chunks) {
         n = (unsigned)g.n_chunks;
     }
+    g.max_reads = o->reads ? o->reads : n;
     pthread_mutex_init(&g.lock, NULL);
     pthread_cond_init(&g.turn, NULL);
     gzpar_header(head, o->mtime, o->level);

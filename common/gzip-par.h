@@ -31,6 +31,7 @@
 struct gzpar_opts {
     uint64_t length;  /* uncompressed bytes */
     unsigned threads; /* workers: each reads its chunk, then compresses it */
+    unsigned reads;   /* at most this many reads at once (0: threads) */
     int level;        /* 1..9 */
     uint32_t mtime;   /* the gzip header's MTIME (0: none) */
     size_t chunk;     /* 0: GZPAR_CHUNK; the output depends on it */

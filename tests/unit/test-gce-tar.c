@@ -146,7 +146,8 @@ static int both_write(void *o, const void *buf, size_t len)
     return mem_write(((struct both *)o)->out, buf, len);
 }
 
-static struct mem gzip_mem(const uint8_t *data, size_t len, unsigned threads, size_t chunk)
+static struct mem gzip_mem(const uint8_t *data, size_t len, unsigned threads, size_t chunk,
+                           unsigned reads)
 {
     struct mem in = {.buf = (uint8_t *)data, .len = len}, out = {0};
     struct both b = {&in, &out};
@@ -155,6 +156,7 @@ static struct mem gzip_mem(const uint8_t *data, size_t len, unsigned threads, si
                            .level = 6,
                            .mtime = 1700000000,
                            .chunk = chunk,
+                           .reads = reads,
                            .read = both_read,
                            .write = both_write,
                            .opaque = &b};
@@ -178,8 +180,8 @@ static void test_gzip_roundtrip(void)
 {
     size_t len = 3 * (1u << 20) + 777;
     uint8_t *d = test_data(len);
-    struct mem a = gzip_mem(d, len, 1, 256 << 10);
-    struct mem b = gzip_mem(d, len, 4, 256 << 10);
+    struct mem a = gzip_mem(d, len, 1, 256 << 10, 0);
+    struct mem b = gzip_mem(d, len, 4, 256 << 10, 1); /* 4 threads, 1 read at a time */
     uint8_t *back = malloc(len + 1);
     z_stream z = {0};
 
@@ -260,7 +262,7 @@ static void rechecksum(uint8_t *h)
 
 static struct verdict lint_tar(struct mem t, size_t cut)
 {
-    struct mem gz = gzip_mem(t.buf, t.len, 2, 4096);
+    struct mem gz = gzip_mem(t.buf, t.len, 2, 4096, 0);
     struct verdict v = {0};
     gz.len -= cut;
     int r = gce_lint_gzip(reader, &gz, on_violation, &v);
