@@ -203,6 +203,9 @@ ids() {
             ;;
         esac
     done
+    # a time past the VHD range (2136) clamps to its largest
+    SOURCE_DATE_EPOCH=253402300799 "$DISKIMG" create -q -f vpc "$TEST_DIR/b/c.img" 1M
+    [[ $(od -An -tu4 --endian=big -j 24 -N 4 "$TEST_DIR/b/c.img" | tr -d ' ') == 4294967295 ]]
     "$DISKIMG" create -q --reproducible -f vpc -o subformat=fixed "$TEST_DIR/b/c.img" 64M
     [[ $(od -An -tx1 -j $((64 * 1048576 + 68)) -N 16 "$TEST_DIR/b/c.img") != $(ids vpc "$TEST_DIR/a/c.img") ]]
 }
