@@ -264,7 +264,8 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         }
     }
     if (o->options && strcmp(o->options, "help") == 0) {
-        const char *help = blk_create_options_help(o->create.format);
+        const char *help = blk_create_options_help(
+            target_help_format(o->target, o->create.format, o->format_given));
         if (!help) {
             return cmd_usage_error("convert", "unknown format '%s'", o->create.format);
         }

@@ -407,6 +407,13 @@ int target_choose(const char *name, const struct target_request *req, struct tar
     return 0;
 }
 
+const char *target_help_format(const char *name, const char *format, bool format_given)
+{
+    const struct target *t = name ? target_find(name) : NULL;
+
+    return t && !format_given ? t->profiles[0].format : format;
+}
+
 void target_choice_free(struct target_choice *c)
 {
     free(c->options);

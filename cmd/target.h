@@ -148,6 +148,9 @@ struct target_request {
  * format it does not take, an option it fixes otherwise). */
 int target_choose(const char *name, const struct target_request *req, struct target_choice *out);
 void target_choice_free(struct target_choice *c);
+/* The format whose options -o help lists: -O when given (or no target),
+ * else the target's default format. */
+const char *target_help_format(const char *name, const char *format, bool format_given);
 /* The target's virtual size for a source of src_size, rounded up as the
  * target wants (said on stderr unless quiet); -EFBIG with a message
  * naming the limit when the source is larger than the target takes. */

@@ -223,6 +223,10 @@ EOF
     # aws -O vpc may be fixed
     "$DISKIMG" convert -q --target=aws -O vpc -o subformat=fixed src.raw f.vhd
     [[ $(stat -c %s f.vhd) == $((GiB + 512)) ]]
+    # -o help lists the options of the target's format
+    run "$DISKIMG" convert --target=hyperv -o help
+    assert_success
+    assert_output --partial "physical_sector_size="
     # --help names the targets
     run "$DISKIMG" convert --help
     assert_output --partial "--target=NAME"
