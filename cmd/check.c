@@ -17,7 +17,7 @@
 static void check_usage(FILE *f)
 {
     fprintf(f, "Usage: diskimg check [-f FMT] [-r leaks|all] [--output=human|json] [-q] FILE\n"
-               "       diskimg check --target=NAME [-f FMT] [-q] FILE\n"
+               "       diskimg check --target=NAME [-f FMT] [--output=human|json] [-q] FILE\n"
                "\n"
                "Check FILE's metadata for consistency (qcow2), and repair it with -r.\n"
                "With --target, check instead that FILE meets a cloud's or hypervisor's\n"
@@ -32,7 +32,7 @@ static void check_usage(FILE *f)
                "                       show as errors)\n"
                "  -T CACHE             accepted for compatibility (the check reads "
                "metadata)\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
-               "      --target=NAME    lint FILE for target NAME (not with -r, --output)\n"
+               "      --target=NAME    lint FILE for target NAME (not with -r)\n"
                "\n"
                "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
                "2 corruptions, 3 leaked clusters only, " CMD_IN_USE_HELP ",\n"
@@ -222,11 +222,14 @@ static int check_run(int argc, char **argv)
     }
     o.filename = argv[optind];
     if (target) {
-        if (repair != BLK_REPAIR_NONE || json) {
-            cmd_usage_error("check", "--target takes neither -r nor --output=json");
+        if (repair != BLK_REPAIR_NONE) {
+            cmd_usage_error("check", "--target lints: it takes no -r");
             return check_usage_error();
         }
-        return target_lint(target, &o, quiet);
+        return target_lint(target, &o,
+                           quiet  ? TARGET_OUTPUT_QUIET
+                           : json ? TARGET_OUTPUT_JSON
+                                  : TARGET_OUTPUT_HUMAN);
     }
     o.read_only = repair == BLK_REPAIR_NONE;
     r = blk_image_open(&img, &o);

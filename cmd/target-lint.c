@@ -15,12 +15,63 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
+#include "common/json.h"
 #include "target.h"
+
+/* Where violations go: printed as they come, kept for one JSON object
+ * at the end (--output=json), or dropped (-q).  One lint per process. */
+static struct {
+    enum target_output mode;
+    struct lint_item {
+        enum target_severity sev;
+        char *problem, *fix;
+    } items[64];
+    unsigned n;
+} sink;
 
 void target_print_violation(const char *name, enum target_severity sev, const char *problem,
                             const char *fix)
 {
-    printf("%s: %s%s: %s\n", name, sev == TARGET_NOTE ? "note: " : "", problem, fix);
+    if (sink.mode == TARGET_OUTPUT_HUMAN) {
+        printf("%s: %s%s: %s\n", name, sev == TARGET_NOTE ? "note: " : "", problem, fix);
+    } else if (sink.mode == TARGET_OUTPUT_JSON &&
+               sink.n < sizeof sink.items / sizeof sink.items[0]) {
+        sink.items[sink.n++] = (struct lint_item){sev, strdup(problem), strdup(fix)};
+    }
+}
+
+/* The verdict: the human line when acceptable, or the JSON object. */
+static void lint_done(const struct target *t, const char *filename, int status)
+{
+    CLEANUP_FREE char *esc = str_escape(filename);
+    struct json_writer w;
+
+    if (sink.mode == TARGET_OUTPUT_HUMAN && status == EXIT_OK) {
+        printf("%s: acceptable for %s\n", esc ? esc : "?", t->name);
+    }
+    if (sink.mode == TARGET_OUTPUT_JSON) {
+        json_init(&w, stdout, false);
+        json_begin_object(&w, NULL);
+        json_str(&w, "filename", filename);
+        json_str(&w, "target", t->name);
+        json_bool(&w, "acceptable", status == EXIT_OK);
+        json_begin_array(&w, "violations");
+        for (unsigned i = 0; i < sink.n; i++) {
+            json_begin_object(&w, NULL);
+            json_str(&w, "severity", sink.items[i].sev == TARGET_NOTE ? "note" : "must");
+            json_str(&w, "problem", sink.items[i].problem ? sink.items[i].problem : "");
+            json_str(&w, "fix", sink.items[i].fix ? sink.items[i].fix : "");
+            json_end_object(&w);
+        }
+        json_end_array(&w);
+        json_end_object(&w);
+        json_finish(&w);
+    }
+    for (unsigned i = 0; i < sink.n; i++) {
+        free(sink.items[i].problem);
+        free(sink.items[i].fix);
+    }
+    sink.n = 0;
 }
 
 static const char *field_label(const struct target_rule *r)
@@ -143,7 +194,7 @@ static bool rule_broken(const struct target_rule *r, const struct target_facts *
 
 /* Each rule of p against f; returns the number of MUST rules broken. */
 static int lint_profile(const struct target *t, const struct target_profile *p,
-                        const struct target_facts *f, bool quiet)
+                        const struct target_facts *f)
 {
     char problem[512], fix[64];
     int broken = 0;
@@ -154,9 +205,7 @@ static int lint_profile(const struct target *t, const struct target_profile *p,
             continue;
         }
         broken += r->severity == TARGET_MUST;
-        if (!quiet) {
-            target_print_violation(t->name, r->severity, problem, r->fix ? r->fix : fix);
-        }
+        target_print_violation(t->name, r->severity, problem, r->fix ? r->fix : fix);
     }
     return broken;
 }
@@ -173,26 +222,24 @@ static const struct target_profile *profile_for(const struct target *t, const ch
 
 /* The image could not be opened: its content breaks the format's rules
  * (EINVAL, ENOTSUP, EFBIG: a violation), or it could not be read. */
-static int open_failed(const struct target *t, const char *filename, int r, bool quiet)
+static int open_failed(const struct target *t, const char *filename, int r)
 {
-    char fix[64];
+    CLEANUP_FREE char *esc = str_escape(filename);
+    char problem[1024], fix[64];
 
     if (r != -EINVAL && r != -ENOTSUP && r != -EFBIG) {
         cmd_print_open_error(r, true);
         return cmd_status(r, EXIT_ERROR);
     }
-    if (!quiet) {
-        CLEANUP_FREE char *esc = str_escape(filename);
-        snprintf(fix, sizeof fix, "convert with --target=%s", t->name);
-        printf("%s: %s is no image %s reads: %s: %s\n", t->name, esc ? esc : "?", t->name,
-               err_msg(), fix);
-    }
+    snprintf(fix, sizeof fix, "convert with --target=%s", t->name);
+    snprintf(problem, sizeof problem, "%s is no image %s reads: %s", esc ? esc : "?", t->name,
+             err_msg());
+    target_print_violation(t->name, TARGET_MUST, problem, fix);
     err_clear();
     return EXIT_CHECK_TARGET;
 }
 
-static int lint_image(const struct target *t, struct blk_image *img, const char *filename,
-                      bool quiet)
+static int lint_image(const struct target *t, struct blk_image *img, const char *filename)
 {
     struct blk_image_info info;
     struct target_facts f = {.filename = filename, .info = &info};
@@ -215,29 +262,19 @@ static int lint_image(const struct target *t, struct blk_image *img, const char 
         for (const struct target_profile *q = t->profiles; q->format && n < sizeof fmts; q++) {
             n += (size_t)snprintf(fmts + n, sizeof fmts - n, "%s%s", n ? " or " : "", q->describe);
         }
-        if (!quiet) {
-            char problem[256];
-            snprintf(problem, sizeof problem, "the image is %s, not %s", f.format, fmts);
-            char fix[64];
-            snprintf(fix, sizeof fix, "convert with --target=%s", t->name);
-            target_print_violation(t->name, TARGET_MUST, problem, fix);
-        }
+        char problem[256], fix[64];
+        snprintf(problem, sizeof problem, "the image is %s, not %s", f.format, fmts);
+        snprintf(fix, sizeof fix, "convert with --target=%s", t->name);
+        target_print_violation(t->name, TARGET_MUST, problem, fix);
         blk_image_info_free(&info);
         return EXIT_CHECK_TARGET;
     }
-    int broken = lint_profile(t, p, &f, quiet);
+    int broken = lint_profile(t, p, &f);
     blk_image_info_free(&info);
-    if (broken) {
-        return EXIT_CHECK_TARGET;
-    }
-    if (!quiet) {
-        CLEANUP_FREE char *esc = str_escape(filename);
-        printf("%s: acceptable for %s\n", esc ? esc : "?", t->name);
-    }
-    return EXIT_OK;
+    return broken ? EXIT_CHECK_TARGET : EXIT_OK;
 }
 
-int target_lint(const char *name, const struct blk_image_opts *opts, bool quiet)
+int target_lint(const char *name, const struct blk_image_opts *opts, enum target_output out)
 {
     const struct target *t = target_find(name);
     struct blk_image *img = NULL;
@@ -247,23 +284,25 @@ int target_lint(const char *name, const struct blk_image_opts *opts, bool quiet)
         cmd_usage_error("check", "unknown target '%s' (targets: %s)", name, target_names());
         return EXIT_ERROR; /* check's usage errors are 1: 2 means corruptions */
     }
+    sink.mode = out;
     if (t->lint) {
-        r = t->lint(name, opts->filename, quiet);
+        r = t->lint(name, opts->filename, out == TARGET_OUTPUT_QUIET);
         if (r < 0) {
             cmd_print_error(r);
             return EXIT_ERROR;
         }
-        if (r == 0 && !quiet) {
-            CLEANUP_FREE char *esc = str_escape(opts->filename);
-            printf("%s: acceptable for %s\n", esc ? esc : "?", t->name);
+        status = r ? EXIT_CHECK_TARGET : EXIT_OK;
+    } else if ((r = blk_image_open(&img, opts)) < 0) {
+        status = open_failed(t, opts->filename, r);
+        if (status != EXIT_CHECK_TARGET) {
+            return status; /* not read: no verdict */
         }
-        return r ? EXIT_CHECK_TARGET : EXIT_OK;
+    } else {
+        status = lint_image(t, img, opts->filename);
+        blk_image_close(img);
     }
-    r = blk_image_open(&img, opts);
-    if (r < 0) {
-        return open_failed(t, opts->filename, r, quiet);
+    if (status == EXIT_OK || status == EXIT_CHECK_TARGET) {
+        lint_done(t, opts->filename, status);
     }
-    status = lint_image(t, img, opts->filename, quiet);
-    blk_image_close(img);
     return status;
 }

@@ -159,9 +159,12 @@ int target_size(const struct target_choice *c, uint64_t src_size, bool quiet, ui
 /* ---- check --target (cmd/target-lint.c) ---- */
 
 /* Lint filename for target name: 0 acceptable, EXIT_CHECK_TARGET with
- * each violation on stdout, or check's error codes. */
-int target_lint(const char *name, const struct blk_image_opts *opts, bool quiet);
-/* "NAME: PROBLEM: FIX" on stdout (notes say "NAME: note: ..."). */
+ * each violation on stdout (as lines, or one JSON object), or check's
+ * error codes. */
+enum target_output { TARGET_OUTPUT_HUMAN, TARGET_OUTPUT_JSON, TARGET_OUTPUT_QUIET };
+int target_lint(const char *name, const struct blk_image_opts *opts, enum target_output out);
+/* A violation: "NAME: PROBLEM: FIX" on stdout (notes say "NAME: note:
+ * ..."), kept for the JSON verdict with --output=json, dropped with -q. */
 void target_print_violation(const char *name, enum target_severity sev, const char *problem,
                             const char *fix);
 

@@ -176,6 +176,14 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
     run "$DISKIMG" check --target=azure q.qcow2
     [[ $status -eq 4 ]]
     assert_output "azure: the image is qcow2, not a fixed VHD: convert with --target=azure"
+    # --output=json: the same verdict as one object
+    run "$DISKIMG" check --target=azure --output=json chs.vhd
+    [[ $status -eq 4 ]]
+    [[ $(jq -c '[.target, .acceptable, (.violations|length), .violations[1].severity, .violations[1].problem]' <<<"$output") == \
+        '["azure",false,4,"must","virtual size 10514432 is not a whole number of MiB"]' ]]
+    run "$DISKIMG" check --target=vsphere --output=json qs.vmdk
+    assert_success
+    [[ $(jq -c '[.acceptable, .violations[0].severity]' <<<"$output") == '[true,"note"]' ]]
     # -q: the status alone
     run "$DISKIMG" check -q --target=azure q.qcow2
     [[ $status -eq 4 && -z $output ]]
