@@ -82,6 +82,9 @@ assert d == {"algorithm": "dkh1-sha256", "checksum": sys.argv[2],
     cp --sparse=never "$d/a.raw" "$d/full.raw"
     [[ $(du -k "$d/full.raw" | cut -f1) -gt $(du -k "$d/a.raw" | cut -f1) ]]
     [[ $(sum "$d/full.raw") == "$a" ]]
+    # through a backing chain: an empty overlay reads its backing file
+    qemu-img create -q -f qcow2 -b "$d/a.raw" -F raw "$d/top.qcow2"
+    [[ $(sum "$d/top.qcow2") == "$a" ]]
     # one byte in a hole, one in the data
     cp --sparse=always "$d/a.raw" "$d/b.raw"
     poke "$d/b.raw" $((7 * MiB + 3))
@@ -133,6 +136,13 @@ assert d == {"algorithm": "dkh1-sha256", "checksum": sys.argv[2],
     make_pattern "$d/old.raw" $((12 * MiB + 4096))
     run -0 "$DISKIMG" convert -n -m 3 --checksum -f raw "$d/a.raw" "$d/old.raw"
     [[ ${output%% *} == $(dkh1 "$d/old.raw") ]]
+    # the same into a larger NBD export full of old data
+    make_pattern "$d/exp.raw" $((10 * MiB))
+    start_server -f raw "$d/exp.raw"
+    run -0 "$DISKIMG" convert -m 4 --checksum -f raw "$d/a.raw" "$URI"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    [[ ${output%% *} == $(dkh1 "$d/exp.raw") ]]
     # -B: the target's content includes its backing file
     run -2 --separate-stderr "$DISKIMG" convert --checksum -B "$d/a.raw" -F raw -O qcow2 "$d/a.raw" "$d/x.qcow2"
     [[ $stderr == *"--checksum cannot be used with -B"* ]]
