@@ -374,6 +374,9 @@ struct blk_checksum_opts {
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;
     volatile sig_atomic_t *cancel; /* stop early with -EINTR */
+    /* The virtual size hashed (0: the image's): a larger one is the image
+     * followed by zeroes, as a target that pads the disk holds it. */
+    uint64_t size;
 };
 
 /* Read what holds data (block status: zero ranges are never read) and

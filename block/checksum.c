@@ -8,6 +8,7 @@
  * out of order; the hasher puts them back in order.  Not for: copying
  * (copy.c feeds the same hasher from its own reads). */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -190,11 +191,20 @@ int blk_image_checksum(struct blk_image *img, const struct blk_checksum_opts *o,
                        uint8_t out[BLK_CHECKSUM_LEN])
 {
     struct blk_hasher *h = NULL;
-    uint64_t size = blk_image_size(img);
-    int r = blk_hasher_new(size, &h);
+    uint64_t size = blk_image_size(img), padded = o && o->size ? o->size : size;
+    uint64_t tail = ROUND_UP(size, (uint64_t)BLK_HASH_BLOCK);
+    int r;
 
+    if (padded < size) {
+        return err_setx(EINVAL, "checksum: %" PRIu64 " bytes asked of an image of %" PRIu64, padded,
+                        size);
+    }
+    r = blk_hasher_new(padded, &h);
     if (r == 0) {
         r = blk_hasher_read(h, img, 0, size, o);
+    }
+    if (r == 0 && padded > tail) {
+        r = blk_hasher_zero(h, tail, padded - tail); /* (a partial last block was padded) */
     }
     if (r == 0) {
         r = blk_hasher_final(h, out);

@@ -187,7 +187,7 @@ static int checksum_run(int argc, char **argv)
     if (a.json) {
         print_json(sum, a.img.filename, blk_image_size(img));
     } else {
-        cmd_print_checksum(sum, a.img.filename);
+        cmd_print_checksum(stdout, sum, a.img.filename);
     }
     blk_image_close(img);
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;

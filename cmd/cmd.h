@@ -104,7 +104,7 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */
-void cmd_print_checksum(const uint8_t *sum, const char *name);
+void cmd_print_checksum(FILE *f, const uint8_t *sum, const char *name);
 /* Reproducible output (convert, create; cmd/reproducible.c): on with
  * --reproducible (flag) or whenever SOURCE_DATE_EPOCH is set; sets
  * o->reproducible and o->epoch (the variable, else 0).  Returns 0, or

@@ -483,7 +483,9 @@ out:
     blk_file_lock_release(hold); /* (after the unlink: nobody else had it meanwhile) */
     free(summary);
     if (status == EXIT_OK && o.copy.checksum) {
-        cmd_print_checksum(o.checksum, o.dst.filename);
+        /* (an archive written to stdout keeps it to itself) */
+        cmd_print_checksum(strcmp(o.dst.filename, "-") == 0 ? stderr : stdout, o.checksum,
+                           o.dst.filename);
     }
     return status;
 }

@@ -95,27 +95,27 @@ void cmd_size_str(uint64_t bytes, char *buf, size_t len)
 
 /* The name as sha256sum prints it: a name with a backslash, a newline or
  * a carriage return has them escaped and the line starts with '\'. */
-void cmd_print_checksum(const uint8_t *sum, const char *name)
+void cmd_print_checksum(FILE *f, const uint8_t *sum, const char *name)
 {
     bool esc = strpbrk(name, "\\\n\r") != NULL;
 
     if (esc) {
-        putchar('\\');
+        fputc('\\', f);
     }
     for (unsigned i = 0; i < BLK_CHECKSUM_LEN; i++) {
-        printf("%02x", sum[i]);
+        fprintf(f, "%02x", sum[i]);
     }
-    fputs("  ", stdout);
+    fputs("  ", f);
     for (const char *p = name; *p; p++) {
         if (esc && *p == '\\') {
-            fputs("\\\\", stdout);
+            fputs("\\\\", f);
         } else if (esc && *p == '\n') {
-            fputs("\\n", stdout);
+            fputs("\\n", f);
         } else if (esc && *p == '\r') {
-            fputs("\\r", stdout);
+            fputs("\\r", f);
         } else {
-            putchar(*p);
+            fputc(*p, f);
         }
     }
-    putchar('\n');
+    fputc('\n', f);
 }

@@ -84,6 +84,12 @@ int target_gce_write(const struct target_profile *p, struct blk_image *src, cons
     if (r == 0) {
         r = sync_output(out, fd);
     }
+    if (r == 0 && copy->checksum) {
+        /* disk.raw's content: the source read once more, padded */
+        struct blk_checksum_opts co = {
+            .workers = copy->workers, .cancel = copy->cancel, .size = size};
+        r = blk_image_checksum(src, &co, copy->checksum);
+    }
     if (created && close(fd) < 0 && r == 0) {
         r = err_set(errno, "%s: close", out);
     }

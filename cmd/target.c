@@ -363,12 +363,6 @@ static int check_request(const struct target *t, const struct target_profile *p,
                                "--target=%s: -c is not possible: %s cannot be compressed", t->name,
                                p->describe);
     }
-    if (req->checksum && p->write) {
-        return cmd_usage_error("convert",
-                               "--target=%s: --checksum is not computed for %s (run diskimg "
-                               "checksum on SRC: disk.raw is SRC padded with zeroes)",
-                               t->name, p->describe);
-    }
     if (req->options && p->write) {
         return cmd_usage_error("convert",
                                "--target=%s: -o does not apply: %s has no creation "
