@@ -25,6 +25,8 @@
 #             the machine is shared; default: all of it)
 #   -d DIR    scratch directory (default /var/tmp/compress-bench)
 #   -n REGEX  only the groups whose name matches
+#   -S        only print the summary of the last run's TSV (also of a
+#             run cut short: every case is written as it ends)
 # The source is /var/tmp/convert-bench/src.raw (SRC= to change it), the
 # shared harness's 4 GiB image with 1.6 GiB of data; it is never deleted.
 set -euo pipefail
@@ -32,17 +34,42 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 B=${DISKIMG:-$HERE/../../build/cmd/diskimg}
 SRC=${SRC:-/var/tmp/convert-bench/src.raw}
-ROUNDS=5 REST=3 GIB="" DIR=/var/tmp/compress-bench NAME_RE=""
+ROUNDS=5 REST=3 GIB="" DIR=/var/tmp/compress-bench NAME_RE="" SUMMARY_ONLY=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
-while getopts "r:s:g:d:n:h" opt; do
+while getopts "r:s:g:d:n:Sh" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; s) REST=$OPTARG ;; g) GIB=$OPTARG ;; d) DIR=$OPTARG ;;
-    n) NAME_RE=$OPTARG ;; h) usage 0 ;; *) usage 1 >&2 ;;
+    n) NAME_RE=$OPTARG ;; S) SUMMARY_ONLY=1 ;; h) usage 0 ;; *) usage 1 >&2 ;;
   esac
 done
+# summary: medians, output sizes and per-round ratios from $OUT.
+summary() {
+  echo
+  printf '%-20s %-16s %8s %9s  %s\n' group case median 'out MiB' 'case/first per round (median)'
+  awk -F'\t' '
+    { key = $2 SUBSEP $3; t[key, $4] = $5; v[key] = v[key] " " $5; size[key] = $6
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key; if (!($2 in first)) first[$2] = $3 }
+      rounds[$4] = 1 }
+    function median(s,   x, k, i, j, tmp) {
+      k = split(s, x, " ")
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
+      return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
+    END {
+      for (i = 1; i <= n; i++) {
+        split(order[i], k, SUBSEP); g = k[1]; r = ""
+        if (k[2] != first[g])
+          for (q in rounds) if (((order[i], q) in t) && ((g SUBSEP first[g], q) in t))
+            r = r " " t[order[i], q] / t[g SUBSEP first[g], q]
+        printf "%-20s %-16s %8.2f %9.1f  %s\n", g, k[2], median(v[order[i]]), size[order[i]] / 1048576,
+          r == "" ? "" : sprintf("%.2fx", median(r))
+      } }' "$OUT"
+}
+
 # shellcheck source=tests/bench/bench-lib.sh
 . "$HERE/bench-lib.sh"
 mkdir -p "$DIR"
+OUT=$DIR/compress-bench.tsv
+if [ "$SUMMARY_ONLY" = 1 ]; then summary; exit 0; fi
 [ -f "$SRC" ] || { echo "$(basename "$0"): no source $SRC" >&2; exit 1; }
 if [ -n "$GIB" ]; then
   slice=$DIR/slice-${GIB}g.raw
@@ -53,7 +80,7 @@ if [ -n "$GIB" ]; then
   SRC=$slice
 fi
 tag=$(basename "$SRC" .raw)
-DST=$DIR/dst.img OUT=$DIR/compress-bench.tsv
+DST=$DIR/dst.img
 ALL=$(seq -s, 0 $(($(nproc) - 1)))
 
 # Compressed sources for the read cases, made once by qemu-img.
@@ -126,23 +153,4 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
-
-echo
-printf '%-20s %-16s %8s %9s  %s\n' group case median 'out MiB' 'case/first per round (median)'
-awk -F'\t' '
-  { key = $2 SUBSEP $3; t[key, $4] = $5; v[key] = v[key] " " $5; size[key] = $6
-    if (!(key in seen)) { seen[key] = 1; order[++n] = key; if (!($2 in first)) first[$2] = $3 }
-    rounds[$4] = 1 }
-  function median(s,   x, k, i, j, tmp) {
-    k = split(s, x, " ")
-    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
-    return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
-  END {
-    for (i = 1; i <= n; i++) {
-      split(order[i], k, SUBSEP); g = k[1]; r = ""
-      if (k[2] != first[g])
-        for (q in rounds) if (((order[i], q) in t) && ((g SUBSEP first[g], q) in t))
-          r = r " " t[order[i], q] / t[g SUBSEP first[g], q]
-      printf "%-20s %-16s %8.2f %9.1f  %s\n", g, k[2], median(v[order[i]]), size[order[i]] / 1048576,
-        r == "" ? "" : sprintf("%.2fx", median(r))
-    } }' "$OUT"
+summary
