@@ -323,10 +323,15 @@ static uint64_t vpc_cluster_size(struct blk_node *n)
     return s->type == VPC_FIXED ? 0 : s->block_size;
 }
 
-/* A 4-character footer field as text: NUL bytes end it ("tap\0"). */
+/* A 4-character footer field as text: a NUL byte ends it ("tap\0"),
+ * and a byte that is no printable ASCII shows as '?' (info prints it,
+ * JSON too). */
 static void footer_text(char out[5], const char in[4])
 {
-    memcpy(out, in, 4);
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = (unsigned char)in[i];
+        out[i] = (char)(c >= 0x20 && c < 0x7f ? c : c ? '?' : '\0');
+    }
     out[4] = '\0';
 }
 

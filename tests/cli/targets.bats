@@ -131,6 +131,23 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
     run "$DISKIMG" check --target=azure good.vhd
     assert_success
     assert_output "good.vhd: acceptable for azure"
+    # a creator host other than Wi2k (FreeBSD's mkimg wrote FBSD), checksum
+    # made right: the footer's bytes, as the driver reports them
+    cp good.vhd fbsd.vhd
+    "$PYTHON3" - fbsd.vhd <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b")
+f.seek(-512, 2)
+b = bytearray(f.read(512))
+b[36:40] = b"FB\x01D"
+b[64:68] = bytes(4)
+b[64:68] = struct.pack(">I", ~sum(b) & 0xFFFFFFFF)
+f.seek(-512, 2)
+f.write(b)
+PY
+    run "$DISKIMG" check --target=azure fbsd.vhd
+    [[ $status -eq 4 ]]
+    assert_output "azure: creator-host is \"FB?D\", not \"Wi2k\" (Azure's tools expect a Windows creator host): convert with --target=azure"
     # a broken footer checksum: the driver refuses the file, so does the lint
     cp good.vhd bad.vhd
     printf '\x01' | dd of=bad.vhd bs=1 seek=$((24 * MiB + 100)) conv=notrunc 2>/dev/null
