@@ -265,8 +265,19 @@ static int parse_extent(const struct line *l, const char *what, struct vmdk_desc
     return 1;
 }
 
-/* Keys info shows as they are; a value that does not parse is left out
- * (the DDB is VMware's to judge, not ours). */
+/* printable ASCII only: what info may print and put in JSON as is */
+static bool printable(const char *v)
+{
+    for (; *v; v++) {
+        if ((unsigned char)*v < 0x20 || (unsigned char)*v >= 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Keys info shows as they are; a value that does not parse, or is not
+ * printable ASCII, is left out (the DDB is VMware's to judge, not ours). */
 static void keep_value(const struct line *l, struct vmdk_desc *d)
 {
     const struct {
@@ -284,6 +295,10 @@ static void keep_value(const struct line *l, struct vmdk_desc *d)
         char *v = NULL;
         if (starts(l, keys[i].key) && l->len > n && (l->p[n] == ' ' || l->p[n] == '=') &&
             line_value(l, keys[i].key, &v) == 0) {
+            if (!printable(v)) {
+                free(v);
+                continue;
+            }
             free(*keys[i].to);
             *keys[i].to = v;
         }
