@@ -188,7 +188,9 @@ int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
      * 65535. */
     uint64_t cylinders = d->vmware ? MIN(VMDK_DIV_UP(sectors, 63ull * heads), 65535u)
                                    : sectors * VMDK_SECTOR / (63ull * heads * VMDK_SECTOR);
-    char long_id[64] = "";
+    char long_id[64] = "", parent[16];
+    /* qemu writes the parent's CID unpadded, VMware in 8 digits */
+    snprintf(parent, sizeof parent, d->vmware ? "%08" PRIx32 : "%" PRIx32, parent_cid);
     if (d->vmware) {
         snprintf(long_id, sizeof long_id, "ddb.longContentID = \"%s%08" PRIx32 "\"\n",
                  d->long_id_prefix, cid);
@@ -203,7 +205,7 @@ int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
                  "version=1\n"
                  "%s"
                  "CID=%08" PRIx32 "\n"
-                 "parentCID=%08" PRIx32 "\n"
+                 "parentCID=%s\n"
                  "createType=\"%s\"\n"
                  "%s\n"
                  "# Extent description\n"
@@ -219,8 +221,8 @@ int vmdk_format_descriptor(char *out, size_t cap, const struct vmdk_new_desc *d)
                  "ddb.geometry.sectors = \"63\"\n"
                  "ddb.adapterType = \"%s\"\n"
                  "ddb.toolsVersion = \"%s\"\n",
-                 d->vmware ? "encoding=\"UTF-8\"\n" : "", cid, parent_cid, create_type, hint,
-                 sectors, extent_name, long_id, hwversion, cylinders, heads, adapter, toolsversion);
+                 d->vmware ? "encoding=\"UTF-8\"\n" : "", cid, parent, create_type, hint, sectors,
+                 extent_name, long_id, hwversion, cylinders, heads, adapter, toolsversion);
     return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }
 
