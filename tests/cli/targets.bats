@@ -112,6 +112,37 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
     assert_line --partial 'vsphere: note: adapter-type is "buslogic", not "lsilogic"'
 }
 
+@test "targets: vsphere and aws streams read back in libvmdk, a VMware-format reader not qemu's" {
+    require_tool vmdkinfo
+    "$PYTHON3" -c 'import pyvmdk' 2>/dev/null || {
+        strict_mode && { echo "python3-libvmdk is missing (strict mode)" >&2; return 1; }
+        skip "python3-libvmdk is not installed"
+    }
+    make_pattern_raw src.raw "$SIZE"
+    "$DISKIMG" convert -q --target=vsphere src.raw vs.vmdk
+    "$DISKIMG" convert -q --target=aws src.raw aws.vmdk
+    for f in vs.vmdk aws.vmdk; do
+        run vmdkinfo "$f"
+        assert_success
+        assert_output --partial "Stream optimized"
+        # the data, and zeroes past the source (aws: a whole GiB)
+        "$PYTHON3" - "$f" src.raw <<'PY'
+import sys, pyvmdk
+h = pyvmdk.handle()
+h.open(sys.argv[1])
+h.open_extent_data_files()
+want = open(sys.argv[2], "rb").read()
+size = h.get_media_size()
+assert h.read_buffer_at_offset(len(want), 0) == want, "data differs"
+tail = size - len(want)
+while tail:
+    n = min(tail, 1 << 24)
+    assert h.read_buffer_at_offset(n, size - tail) == bytes(n), "padding is not zero"
+    tail -= n
+PY
+    done
+}
+
 @test "targets: images from qemu-img's usual recipes lint as the rules say" {
     # azure: qemu-img's default VHD is dynamic and CHS-rounded
     qemu-img create -q -f vpc chs.vhd 10M
