@@ -15,8 +15,10 @@
 # -m 16 -W, its fastest (not for stream: a stream is written in order).
 # Each round runs every group, the first case of a group rotating, so no
 # case is always first.  The summary gives each case's median, its output
-# size, and the median of the per-round ratios case/first case of the
-# group: above 1, the first case (diskimg, or "all CPUs") is faster.
+# size, the median CPU time (user + system: what the work costs, which
+# the machine's noise moves less than the elapsed time), and the median
+# of the per-round ratios case/first case of the group: above 1, the
+# first case (diskimg, or "all CPUs") is faster.
 #
 # Usage: compress-bench.sh [-r ROUNDS] [-s REST] [-g GIB] [-d DIR] [-n REGEX]
 #   -r N      rounds (default 5)
@@ -45,9 +47,9 @@ done
 # summary: medians, output sizes and per-round ratios from $OUT.
 summary() {
   echo
-  printf '%-20s %-16s %8s %9s  %s\n' group case median 'out MiB' 'case/first per round (median)'
+  printf '%-20s %-16s %8s %8s %9s  %s\n' group case median 'cpu s' 'out MiB' 'case/first per round (median)'
   awk -F'\t' '
-    { key = $2 SUBSEP $3; t[key, $4] = $5; v[key] = v[key] " " $5; size[key] = $6
+    { key = $2 SUBSEP $3; t[key, $4] = $5; v[key] = v[key] " " $5; size[key] = $6; cpu[key] = cpu[key] " " $7
       if (!(key in seen)) { seen[key] = 1; order[++n] = key; if (!($2 in first)) first[$2] = $3 }
       rounds[$4] = 1 }
     function median(s,   x, k, i, j, tmp) {
@@ -60,7 +62,8 @@ summary() {
         if (k[2] != first[g])
           for (q in rounds) if (((order[i], q) in t) && ((g SUBSEP first[g], q) in t))
             r = r " " t[order[i], q] / t[g SUBSEP first[g], q]
-        printf "%-20s %-16s %8.2f %9.1f  %s\n", g, k[2], median(v[order[i]]), size[order[i]] / 1048576,
+        printf "%-20s %-16s %8.2f %8.2f %9.1f  %s\n", g, k[2], median(v[order[i]]), median(cpu[order[i]]),
+          size[order[i]] / 1048576,
           r == "" ? "" : sprintf("%.2fx", median(r))
       } }' "$OUT"
 }
@@ -128,16 +131,17 @@ run_case() {
   evict_files "$SRC" "$DIR/$tag".*
   sleep "$REST"
   t0=$(now)
-  if ! bash -c "$cmd" > "$DIR/case.log" 2>&1; then
+  if ! /usr/bin/time -f '%U %S' -o "$DIR/cpu.txt" bash -c "$cmd" > "$DIR/case.log" 2>&1; then
     echo "FAILED: $1 $2: $(tail -3 "$DIR/case.log")" >&2
     return 0
   fi
   sync "$DST"
   t1=$(now)
   bytes=$(stat -c %s "$DST")
-  printf '%s\t%s\t%s\t%s\t%.3f\t%s\n' "$(date -Is)" "$1" "$2" "$4" "$(echo "$t1 - $t0" | bc)" "$bytes" >> "$OUT"
-  printf '%-20s %-16s r%-2s durable %7.2f s  out %6s MiB\n' "$1" "$2" "$4" \
-    "$(echo "$t1 - $t0" | bc)" "$((bytes >> 20))"
+  cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$DIR/cpu.txt")
+  printf '%s\t%s\t%s\t%s\t%.3f\t%s\t%s\n' "$(date -Is)" "$1" "$2" "$4" "$(echo "$t1 - $t0" | bc)" "$bytes" "$cpu" >> "$OUT"
+  printf '%-20s %-16s r%-2s durable %7.2f s  cpu %7.2f s  out %6s MiB\n' "$1" "$2" "$4" \
+    "$(echo "$t1 - $t0" | bc)" "$cpu" "$((bytes >> 20))"
 }
 
 : > "$OUT"
