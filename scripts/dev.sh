@@ -22,7 +22,7 @@ PACKAGES=(
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
     socat jq procps psmisc util-linux coreutils groff-base mandoc
-    libvmdk-utils python3-libvmdk
+    libvmdk-utils python3-libvmdk libvhdi-utils python3-libvhdi
 )
 
 install_deps() {

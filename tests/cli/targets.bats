@@ -112,26 +112,32 @@ le32() { od -An -tu4 -j "$2" -N4 "$1" | tr -d ' '; }
     assert_line --partial 'vsphere: note: adapter-type is "buslogic", not "lsilogic"'
 }
 
-@test "targets: vsphere and aws streams read back in libvmdk, a VMware-format reader not qemu's" {
-    require_tool vmdkinfo
-    "$PYTHON3" -c 'import pyvmdk' 2>/dev/null || {
-        strict_mode && { echo "python3-libvmdk is missing (strict mode)" >&2; return 1; }
-        skip "python3-libvmdk is not installed"
-    }
-    make_pattern_raw src.raw "$SIZE"
-    "$DISKIMG" convert -q --target=vsphere src.raw vs.vmdk
-    "$DISKIMG" convert -q --target=aws src.raw aws.vmdk
-    for f in vs.vmdk aws.vmdk; do
-        run vmdkinfo "$f"
-        assert_success
-        assert_output --partial "Stream optimized"
-        # the data, and zeroes past the source (aws: a whole GiB)
-        "$PYTHON3" - "$f" src.raw <<'PY'
-import sys, pyvmdk
-h = pyvmdk.handle()
-h.open(sys.argv[1])
-h.open_extent_data_files()
-want = open(sys.argv[2], "rb").read()
+# require_pymod MODULE: the Python module (a Debian python3-* package).
+require_pymod() {
+    "$PYTHON3" -c "import $1" 2>/dev/null && return 0
+    if strict_mode; then
+        echo "python module $1 is missing (strict mode: CI must install it)" >&2
+        return 1
+    fi
+    skip "python module $1 is not installed"
+}
+
+# libyal_reads MODULE IMAGE SRC: libvmdk or libvhdi reads SRC's bytes from
+# IMAGE, and zeroes past them.
+libyal_reads() {
+    "$PYTHON3" - "$@" <<'PY'
+import sys
+mod, img, src = sys.argv[1:4]
+if mod == "pyvmdk":
+    import pyvmdk
+    h = pyvmdk.handle()
+    h.open(img)
+    h.open_extent_data_files()
+else:
+    import pyvhdi
+    h = pyvhdi.file()
+    h.open(img)
+want = open(src, "rb").read()
 size = h.get_media_size()
 assert h.read_buffer_at_offset(len(want), 0) == want, "data differs"
 tail = size - len(want)
@@ -140,6 +146,32 @@ while tail:
     assert h.read_buffer_at_offset(n, size - tail) == bytes(n), "padding is not zero"
     tail -= n
 PY
+}
+
+@test "targets: the outputs read back in libvmdk and libvhdi, readers not qemu's" {
+    require_tool vmdkinfo vhdiinfo
+    require_pymod pyvmdk
+    require_pymod pyvhdi
+    make_pattern_raw src.raw "$SIZE"
+    "$DISKIMG" convert -q --target=vsphere src.raw vs.vmdk
+    "$DISKIMG" convert -q --target=aws src.raw aws.vmdk
+    for f in vs.vmdk aws.vmdk; do
+        run vmdkinfo "$f"
+        assert_success
+        assert_output --partial "Stream optimized"
+        libyal_reads pyvmdk "$f" src.raw
+    done
+    "$DISKIMG" convert -q --target=azure src.raw az.vhd
+    "$DISKIMG" convert -q --target=aws -O vpc src.raw aws.vhd
+    "$DISKIMG" convert -q --target=hyperv src.raw hv.vhdx
+    local f want
+    for f in az.vhd:Fixed:$((20 * MiB)) aws.vhd:Dynamic:$GiB hv.vhdx:Dynamic:$((SIZE + 3584)); do
+        IFS=: read -r f kind want <<<"$f"
+        run vhdiinfo "$f"
+        assert_success
+        assert_output --regexp "Disk type[[:space:]]+: $kind"
+        assert_output --partial "($want bytes)"
+        libyal_reads pyvhdi "$f" src.raw
     done
 }
 
