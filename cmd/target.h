@@ -40,7 +40,9 @@ struct target_pin {
 enum target_severity { TARGET_MUST, TARGET_NOTE };
 
 /* What a rule looks at; every fact comes from the block layer (the
- * format driver's info fields), not from the file's bytes. */
+ * format driver's info fields), not from the file's bytes.  The checks
+ * of an info field come first, up to TARGET_FIELD_IS_SIZE: the lint
+ * tells the two kinds apart by that order. */
 enum target_check {
     TARGET_FIELD_STR,     /* info field key is the string str */
     TARGET_FIELD_NOT_STR, /* info field key is not the string str */
