@@ -34,7 +34,7 @@ static void checksum_usage(FILE *f)
             "byte by byte and data is hashed on every core.\n"
             "\n"
             "  -f FMT            image format (default: probe)\n"
-            "  --output=FMT      human (default) or json\n"
+            "      --output=FMT  human (default) or json\n"
             "  -T CACHE          cache mode (default: writeback, streaming: data read into\n"
             "                    the page cache leaves it once read)\n"
             "  -m N              threads reading and hashing, 1 to 64 (default: one per\n"
@@ -44,8 +44,9 @@ static void checksum_usage(FILE *f)
             "  -U, --force-share read the image even while another process writes it\n" CMD_TLS_HELP
                 CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
             "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage, " CMD_IN_USE_HELP ",\n"
-            "130/143 SIGINT/SIGTERM.  See diskimg-checksum(1).\n");
+            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP
+            ", 130/143 SIGINT/SIGTERM.\n"
+            "See diskimg-checksum(1).\n");
 }
 
 static void on_signal(int sig)
