@@ -73,6 +73,25 @@ extract_and_compare() {
     assert_output "disk.raw"
 }
 
+@test "gce: past 8 GiB, sizes and offsets in base-256 that GNU tar reads" {
+    local big=$TEST_DIR/big.raw size=$((9 * GIB + 4096)) off
+    truncate -s "$size" "$big"
+    for off in 0 8200 9000; do
+        head -c 65536 /dev/urandom | dd of="$big" bs=1M seek="$off" conv=notrunc status=none
+    done
+    "$DISKIMG" convert -q --target=gce "$big" "$TEST_DIR/big.tar.gz"
+    run tar -tvzf "$TEST_DIR/big.tar.gz"
+    assert_output --regexp " $((10 * GIB)) .* disk\.raw$"
+    # The real size at 483: GNU base-256 (0x80, then big-endian).
+    run bash -c "zcat '$TEST_DIR/big.tar.gz' | head -c 495 | tail -c 12 | od -An -tx1"
+    assert_output " 80 00 00 00 00 00 00 02 80 00 00 00"
+    mkdir "$TEST_DIR/x"
+    tar -xSzf "$TEST_DIR/big.tar.gz" -C "$TEST_DIR/x"
+    run qemu-img compare -f raw -F raw "$big" "$TEST_DIR/x/disk.raw"
+    assert_success
+    assert_output --partial "Images are identical"
+}
+
 @test "gce: the same bytes whatever -m, mtimes from SOURCE_DATE_EPOCH" {
     export SOURCE_DATE_EPOCH=1700000000
     "$DISKIMG" convert -q -m 1 --target=gce "$SRC" "$TEST_DIR/a.tar.gz"
