@@ -145,6 +145,8 @@ assert d == {"algorithm": "dkh1-sha256", "checksum": sys.argv[2],
     [[ ${output%% *} == $(dkh1 "$d/exp.raw") ]]
     # --target=gce: the checksum of disk.raw (the disk padded to a GiB)
     # inside the archive, on stderr when the archive goes to stdout
+    # (a fixed time stamp: two archives are compared byte for byte)
+    export SOURCE_DATE_EPOCH=1700000000
     run -0 --separate-stderr "$DISKIMG" convert --target=gce --checksum -f raw "$d/a.raw" "$d/g.tar.gz"
     line=$output
     (cd "$d" && tar -xzSf g.tar.gz disk.raw)
@@ -152,6 +154,7 @@ assert d == {"algorithm": "dkh1-sha256", "checksum": sys.argv[2],
     [[ $line == "$(sum -f raw "$d/disk.raw")  $d/g.tar.gz" ]]
     "$DISKIMG" convert --target=gce --checksum -f raw "$d/a.raw" - 2>"$d/err" | cmp - "$d/g.tar.gz"
     grep -qx "${line%% *}  -" "$d/err"
+    unset SOURCE_DATE_EPOCH
     # -B: the target's content includes its backing file
     run -2 --separate-stderr "$DISKIMG" convert --checksum -B "$d/a.raw" -F raw -O qcow2 "$d/a.raw" "$d/x.qcow2"
     [[ $stderr == *"--checksum cannot be used with -B"* ]]
