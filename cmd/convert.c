@@ -130,8 +130,7 @@ static int convert_target(struct convert_opts *o, bool nbd_target)
                                  .options = o->options,
                                  .compress = o->copy.compress,
                                  .existing = !o->create_target || nbd_target,
-                                 .backing = o->create.backing_file != NULL,
-                                 .checksum = o->copy.checksum != NULL};
+                                 .backing = o->create.backing_file != NULL};
     int r = target_choose(o->target, &req, &o->choice);
 
     if (r == 0) {

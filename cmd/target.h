@@ -142,7 +142,6 @@ struct target_request {
     bool compress;       /* -c */
     bool existing;       /* -n, or an NBD export */
     bool backing;        /* -B */
-    bool checksum;       /* --checksum */
 };
 
 /* Pick target name's profile for req and check req against its rules:
