@@ -21,7 +21,7 @@ PACKAGES=(
     zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev libdeflate-dev
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
-    socat jq procps psmisc util-linux coreutils groff-base mandoc
+    socat jq procps psmisc util-linux coreutils groff-base mandoc pigz
     libvmdk-utils python3-libvmdk libvhdi-utils python3-libvhdi
 )
 

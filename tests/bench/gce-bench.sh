@@ -2,10 +2,11 @@
 # gce-bench.sh - `diskimg convert --target=gce` against the pipeline users
 # run today to make a GCE image archive, and diskimg on 1 core against 2.
 #
-# Usage: gce-bench.sh [-r ROUNDS] [-s SRC] [-d DIR]
+# Usage: gce-bench.sh [-r ROUNDS] [-s SRC] [-d DIR] [-c CASES]
 #   -r N     rounds (default 5); the case order is reversed every other round
 #   -s SRC   raw source (default /var/tmp/convert-bench/src.raw: 4 GiB, 1.6 GiB data)
 #   -d DIR   scratch directory (default /var/tmp/gce-bench)
+#   -c LIST  comma-separated cases (default: all below)
 #
 # Cases (each ends with its archive durable: the time includes an fsync):
 #   diskimg        diskimg convert --target=gce SRC OUT (every core)
@@ -27,9 +28,10 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DISKIMG=${DISKIMG:-$HERE/../../build/cmd/diskimg}
 ROUNDS=5 SRC=/var/tmp/convert-bench/src.raw DIR=/var/tmp/gce-bench
-while getopts "r:s:d:h" opt; do
+ONLY=""
+while getopts "r:s:d:c:h" opt; do
   case $opt in
-    r) ROUNDS=$OPTARG ;; s) SRC=$OPTARG ;; d) DIR=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;; s) SRC=$OPTARG ;; d) DIR=$OPTARG ;; c) ONLY=$OPTARG ;;
     h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
   esac
@@ -41,6 +43,8 @@ trap 'rm -rf "$DIR/work"' EXIT
 
 CASES=(diskimg diskimg-1cpu diskimg-2cpu gnu)
 command -v pigz >/dev/null && CASES+=(gnu-pigz)
+[ -z "$ONLY" ] || IFS=, read -r -a CASES <<<"$ONLY"
+has() { [[ " ${CASES[*]} " == *" $1 "* ]]; }
 SIZE=$(stat -c %s "$SRC")
 GIB=1073741824
 ROUNDED=$(((SIZE + GIB - 1) / GIB * GIB))
@@ -109,7 +113,7 @@ ratio() { # SLOW FAST: per-round SLOW/FAST, median (min-max)
     "$(sort -g <<<"$vals" | head -1)" "$(sort -g <<<"$vals" | tail -1)"
 }
 echo "per-round ratios, median (min-max):"
-ratio gnu diskimg
-if command -v pigz >/dev/null; then ratio gnu-pigz diskimg; fi
-ratio diskimg-1cpu diskimg-2cpu
-ratio diskimg-1cpu diskimg
+if has gnu && has diskimg; then ratio gnu diskimg; fi
+if has gnu-pigz && has diskimg; then ratio gnu-pigz diskimg; fi
+if has diskimg-1cpu && has diskimg-2cpu; then ratio diskimg-1cpu diskimg-2cpu; fi
+if has diskimg-1cpu && has diskimg; then ratio diskimg-1cpu diskimg; fi
