@@ -1,6 +1,6 @@
-# bench-lib.sh: pieces shared by qcow2-bench.sh, tls-bench.sh and
-# compress-bench.sh (sourced; the first two set PY and DIR, and keep the
-# running server's PID in SERVER).
+# bench-lib.sh: pieces shared by the scripts in tests/bench (sourced;
+# those that start servers set PY and DIR, and keep the running server's
+# PID in SERVER).
 
 # wait_socket NAME SOCK: wait up to 10 s for the server to listen on SOCK.
 wait_socket() {
@@ -40,3 +40,12 @@ evict_files() {
     dd if="$f" iflag=nocache count=0 status=none
   done
 }
+
+# MEDIAN_AWK: put before an awk program that calls median(S), the median
+# of the numbers in the space-separated string S.
+MEDIAN_AWK='
+  function median(s,   x, k, i, j, tmp) {
+    k = split(s, x, " ")
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
+    return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
+'

@@ -28,6 +28,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/bench/bench-lib.sh
+. "$HERE/bench-lib.sh"
 B=${DISKIMG:-$HERE/../../build/cmd/diskimg}
 ROUNDS=5 REST=2 DIR=/var/tmp/convert-bench CONVERT=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -88,13 +90,9 @@ done
 
 echo
 printf '%-16s %8s  %s\n' case median "case/$BASE per round (median)"
-awk -F'\t' -v base="$BASE" '
+awk -F'\t' -v base="$BASE" "$MEDIAN_AWK"'
   { t[$1, $2] = $3; v[$1] = v[$1] " " $3; rounds[$2] = 1
     if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
-  function median(s,   x, k, i, j, tmp) {
-    k = split(s, x, " ")
-    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
-    return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
   END {
     for (i = 1; i <= n; i++) {
       c = order[i]; r = ""

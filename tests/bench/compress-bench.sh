@@ -49,14 +49,10 @@ done
 summary() {
   echo
   printf '%-20s %-16s %8s %8s %9s  %s\n' group case median 'cpu s' 'out MiB' 'case/first per round (median)'
-  awk -F'\t' '
+  awk -F'\t' "$MEDIAN_AWK"'
     { key = $2 SUBSEP $3; t[key, $4] = $5; v[key] = v[key] " " $5; size[key] = $6; cpu[key] = cpu[key] " " $7
       if (!(key in seen)) { seen[key] = 1; order[++n] = key; if (!($2 in first)) first[$2] = $3 }
       rounds[$4] = 1 }
-    function median(s,   x, k, i, j, tmp) {
-      k = split(s, x, " ")
-      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
-      return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
     END {
       for (i = 1; i <= n; i++) {
         split(order[i], k, SUBSEP); g = k[1]; r = ""

@@ -42,6 +42,8 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/bench/bench-lib.sh
+. "$HERE/bench-lib.sh"
 B=${DISKIMG:-$HERE/../../build/cmd/diskimg}
 C=$HERE/convert-case.sh
 ROUNDS=3 REST=8 WARM=0 DIR=/var/tmp/convert-bench NAME_RE="" KEEP=0
@@ -141,14 +143,10 @@ done
 
 echo
 printf '%-36s %7s  %s\n' case median 'peer/diskimg per round (median)'
-awk -F'\t' '
+awk -F'\t' "$MEDIAN_AWK"'
   { split($2, a, " "); pair = a[1]; who = a[2]; t[pair, who, $3] = $4; v[pair, who] = v[pair, who] " " $4
     if (!((pair, who) in seen)) { seen[pair, who] = 1; order[++n] = pair SUBSEP who }
     rounds[$3] = 1 }
-  function median(s,   x, k, i, j, tmp) {
-    k = split(s, x, " ")
-    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
-    return k % 2 ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2 }
   END {
     for (i = 1; i <= n; i++) {
       split(order[i], k, SUBSEP); r = ""
