@@ -220,7 +220,7 @@ int vmdk_stream_write(struct vmdk_state *s, uint64_t off, const uint8_t *buf, ui
         uint64_t n = MIN(e->grain, len - pos);
         const uint8_t *in = buf + pos;
         size_t clen;
-        if (buffer_is_zero(buf + pos, n)) {
+        if (!s->backing && buffer_is_zero(buf + pos, n)) {
             uint32_t gte;
             pthread_mutex_lock(&s->lock);
             r = vmdk_sparse_get_gte_locked(e, (off + pos) / e->grain, &gte);

@@ -406,6 +406,9 @@ static int vmdk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, un
     struct vmdk_extent *e = &s->extents[0];
 
     (void)flags;
+    if (s->stream && s->backing) {
+        return -ENOTSUP; /* unallocated grains read the parent: write zero grains */
+    }
     if (s->stream) {
         /* Only new grains can be written, and they read as zeroes. */
         for (uint64_t g = off / e->grain; g * e->grain < off + len; g++) {
