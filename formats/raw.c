@@ -257,6 +257,19 @@ static int raw_block_status(struct blk_node *n, uint64_t off, uint64_t len, stru
     return blk_block_status(n->file, s->offset + off, len, ext);
 }
 
+/* Copy offloading writes the file directly: not where a probed image's
+ * guard must look at what is written. */
+static int raw_map_linear(struct blk_node *n, uint64_t off, uint64_t len, uint64_t *file_off)
+{
+    struct raw_state *s = n->opaque;
+
+    if (raw_guarded(n, off, len)) {
+        return -ENOTSUP;
+    }
+    *file_off = s->offset + off;
+    return 0;
+}
+
 static int raw_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
 {
     struct raw_state *s = n->opaque;
@@ -350,7 +363,7 @@ static int raw_create_check(const struct blk_create_opts *o)
     struct raw_create c = {.size = o->size, .size_set = o->size_set};
 
     if (o->backing_file) {
-        return err_setx(EINVAL, "raw images cannot have a backing file");
+        return err_setx(ENOTSUP, "Backing file not supported for file format 'raw'");
     }
     return o->options ? kv_foreach(o->options, raw_create_opt, &c) : 0;
 }
@@ -362,7 +375,7 @@ static int raw_create(struct blk_node *file, const struct blk_create_opts *o, ch
     int r;
 
     if (o->backing_file) {
-        return err_setx(EINVAL, "raw images cannot have a backing file");
+        return err_setx(ENOTSUP, "Backing file not supported for file format 'raw'");
     }
     if (o->options && (r = kv_foreach(o->options, raw_create_opt, &c)) != 0) {
         return r;
@@ -406,6 +419,7 @@ static const struct blk_driver raw_driver = {
     .pwrite_zeroes = raw_pwrite_zeroes,
     .discard = raw_discard,
     .block_status = raw_block_status,
+    .map_linear = raw_map_linear,
     .prefetch = raw_prefetch,
     .get_length = raw_get_length,
     .truncate = raw_truncate,

@@ -150,7 +150,7 @@ static int parse_opts(const struct blk_create_opts *o, struct create_opts *c)
                               .logical_sector = 512,
                               .physical_sector = 512};
     if (o->backing_file) {
-        return err_setx(EINVAL, "vhdx: differencing images (backing files) are not supported");
+        return err_setx(ENOTSUP, "Backing file not supported for file format 'vhdx'");
     }
     if (o->options && (r = kv_foreach(o->options, create_opt, c)) != 0) {
         return r;

@@ -217,7 +217,7 @@ one_line_error() {
     one_line_error -l s1 "$TEST_DIR/src.raw" "$d"
     [[ "$stderr" == *"snapshot"* ]]
     one_line_error -O raw -B "$TEST_DIR/src.raw" "$TEST_DIR/src.raw" "$d"
-    [[ "$stderr" == *"backing"* ]]
+    [[ "$stderr" == *"Backing file not supported for file format 'raw'"* ]]
     one_line_error -O qcow2 -B "$TEST_DIR/nope.qcow2" -F qcow2 "$TEST_DIR/src.raw" "$d"
     [[ "$stderr" == *"nope.qcow2"* ]]
     [[ ! -e "$d" && ! -e "$TEST_DIR/missing.raw" ]]
