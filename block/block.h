@@ -355,6 +355,19 @@ struct blk_copy_opts {
     /* The target's virtual size for the checksum (0: dst's size); past
      * the source's end the target reads as zeroes, or is read. */
     uint64_t checksum_size;
+    /* -r: data written at most this many bytes a second (0: no limit). */
+    uint64_t rate_limit;
+    /* --salvage: a read that fails is retried sector by sector; what
+     * still fails reads as zeroes, a block status that fails as data, and
+     * each failing 512-byte sector (or status) is reported here. */
+    bool salvage;
+    void (*salvaged)(void *opaque, uint64_t off, bool status, int err);
+    void *salvaged_opaque;
+    /* -C: copy data extents with copy offloading (copy_file_range) where
+     * both images are files the kernel can copy between; elsewhere, or
+     * with a checksum, data is read and written.  Out: bytes offloaded. */
+    bool offload;
+    uint64_t *offloaded;
 };
 
 /* Copy the whole of src into dst (dst at least as large). */

@@ -15,10 +15,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "block.h"
+#include "copy-aux.h"
 #include "hasher.h"
 #include "common/cleanup.h"
 #include "common/cpus.h"
@@ -55,6 +57,9 @@ struct copy {
     pthread_mutex_t lock;
     pthread_cond_t turn;
     pthread_cond_t io_free;
+    struct blk_rate rate; /* -r */
+    _Atomic bool offload; /* -C, until copy offloading fails once */
+    _Atomic uint64_t offloaded;
     unsigned io_limit;   /* -m */
     unsigned io_busy;    /* under lock */
     uint64_t next_claim; /* under lock */
@@ -126,6 +131,10 @@ static int extend_data_locked(struct copy *c, struct claim *cl, uint64_t *len)
         struct blk_extent ext;
         uint64_t off = cl->start + *len;
         int r = blk_image_block_status(c->src, off, c->size - off, &ext);
+        if (r < 0 && c->o->salvage) {
+            err_clear(); /* the next claim asks again */
+            break;
+        }
         if (r < 0) {
             return r;
         }
@@ -135,6 +144,27 @@ static int extend_data_locked(struct copy *c, struct claim *cl, uint64_t *len)
         cl->inflates |= !!(ext.flags & BLK_EXT_INFLATE);
         *len += ext.length;
     }
+    return 0;
+}
+
+/* --salvage: block status failed at off.  Ask again for one sector; if
+ * that fails too, report it and read the sector as data (as qemu-img). */
+static int salvage_status_locked(struct copy *c, uint64_t off, struct blk_extent *ext)
+{
+    uint64_t len = MIN((uint64_t)BLK_SALVAGE_SECTOR, c->size - off);
+    int r;
+
+    err_clear();
+    r = blk_image_block_status(c->src, off, len, ext);
+    if (r == 0) {
+        return 0;
+    }
+    err_clear();
+    if (c->o->salvaged) {
+        c->o->salvaged(c->o->salvaged_opaque, off, true, -r);
+    }
+    *ext = (struct blk_extent){
+        .length = len, .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED, .layer = 0, .depth = 1};
     return 0;
 }
 
@@ -149,6 +179,9 @@ static int claim_next_locked(struct copy *c, struct claim *cl)
     }
     cl->start = c->next_claim;
     r = blk_image_block_status(c->src, cl->start, c->size - cl->start, &ext);
+    if (r < 0 && c->o->salvage) {
+        r = salvage_status_locked(c, cl->start, &ext);
+    }
     if (r < 0) {
         return r;
     }
@@ -242,6 +275,7 @@ static int write_sparse(struct copy *c, uint64_t off, const uint8_t *buf, uint64
     uint64_t pos = 0;
 
     if (g == 0) {
+        blk_rate_wait(&c->rate, len, c->o->cancel);
         return blk_image_pwrite(c->dst, off, buf, len, 0);
     }
     while (pos < len) {
@@ -257,6 +291,9 @@ static int write_sparse(struct copy *c, uint64_t off, const uint8_t *buf, uint64
                 break;
             }
             run += step;
+        }
+        if (!zero) {
+            blk_rate_wait(&c->rate, run - pos, c->o->cancel);
         }
         int r = zero ? write_zero_range(c, off + pos, run - pos, zeroes)
                      : blk_image_pwrite(c->dst, off + pos, buf + pos, run - pos, 0);
@@ -309,8 +346,10 @@ static int write_compressed(struct copy *c, const struct claim *cl, const struct
             r = c->o->target_is_zero ? 0
                                      : blk_image_pwrite_zeroes(c->dst, off, n, BLK_REQ_MAY_UNMAP);
         } else if (w->clen[i] == CLUSTER_RAW) {
+            blk_rate_wait(&c->rate, n, c->o->cancel);
             r = blk_image_pwrite(c->dst, off, w->data + pos, n, 0);
         } else {
+            blk_rate_wait(&c->rate, w->clen[i], c->o->cancel);
             r = blk_image_pwrite_compressed(c->dst, off, n, w->out + i * c->slot, w->clen[i]);
         }
         if (r < 0) {
@@ -333,16 +372,43 @@ static int hash_claim(struct copy *c, const struct claim *cl, const struct worke
                                   : blk_hasher_zero(c->hasher, cl->start, len);
 }
 
+static int read_claim(struct copy *c, const struct claim *cl, struct worker_bufs *w)
+{
+    if (c->o->salvage) {
+        return blk_pread_salvage(c->src, cl->start, w->data, cl->len, c->o->salvaged,
+                                 c->o->salvaged_opaque);
+    }
+    return blk_image_pread(c->src, cl->start, w->data, cl->len);
+}
+
+/* -C: copy a data claim without reading it here.  1: it cannot be
+ * offloaded (and no later claim will try): read and write it. */
+static int offload_claim(struct copy *c, const struct claim *cl)
+{
+    blk_rate_wait(&c->rate, cl->len, c->o->cancel);
+    int r = blk_copy_range(c->src, c->dst, cl->start, cl->len);
+    if (r == -ENOTSUP) {
+        atomic_store(&c->offload, false);
+        return 1;
+    }
+    if (r == 0) {
+        atomic_fetch_add(&c->offloaded, cl->len);
+    }
+    return r;
+}
+
 static int process_claim(struct copy *c, const struct claim *cl, struct worker_bufs *w,
                          const uint8_t *zeroes)
 {
+    bool offload = cl->kind == CLAIM_DATA && atomic_load(&c->offload);
+    bool data_read = cl->kind == CLAIM_DATA && !offload;
     int r = 0;
 
-    if (cl->kind == CLAIM_DATA) {
+    if (data_read) {
         if (!cl->inflates) {
             io_begin(c);
         }
-        r = blk_image_pread(c->src, cl->start, w->data, cl->len);
+        r = read_claim(c, cl, w);
         if (!cl->inflates) {
             io_end(c);
         }
@@ -371,6 +437,15 @@ static int process_claim(struct copy *c, const struct claim *cl, struct worker_b
         r = write_zero_range(c, cl->start, cl->len, zeroes);
         break;
     case CLAIM_DATA:
+        if (offload && (r = offload_claim(c, cl)) != 1) {
+            break;
+        }
+        if (offload) {
+            r = read_claim(c, cl, w); /* offloading failed: the usual way */
+            if (r < 0) {
+                break;
+            }
+        }
         r = c->o->compress ? write_compressed(c, cl, w)
                            : write_sparse(c, cl->start, w->data, cl->len, zeroes);
         break;
@@ -530,6 +605,10 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     }
     memset(zeroes, 0, c.buffer);
     wa.zeroes = zeroes;
+    /* Offloading copies what it does not read: never with a checksum
+     * (which hashes what is read), compression or salvaging. */
+    atomic_store(&c.offload, o->offload && !c.hasher && !o->compress && !o->salvage);
+    blk_rate_init(&c.rate, o->rate_limit);
     pthread_mutex_init(&c.lock, NULL);
     pthread_cond_init(&c.turn, NULL);
     pthread_cond_init(&c.io_free, NULL);
@@ -545,6 +624,10 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     }
     for (unsigned i = 0; i < started; i++) {
         pthread_join(tid[i], NULL);
+    }
+    blk_rate_destroy(&c.rate);
+    if (o->offloaded) {
+        *o->offloaded = atomic_load(&c.offloaded);
     }
     pthread_mutex_destroy(&c.lock);
     pthread_cond_destroy(&c.turn);

@@ -155,6 +155,11 @@ struct blk_driver {
     int (*compress)(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
                     size_t *out_len);
     int (*pwrite_compressed)(struct blk_node *n, uint64_t off, const void *data, size_t clen);
+    /* Copy offloading: the node's guest offset off is its file child's
+     * *file_off, and a write there updates nothing else (raw's window).
+     * -ENOTSUP when not (a guarded probe window).  NULL: the node has
+     * metadata of its own (block/copy-range.c). */
+    int (*map_linear)(struct blk_node *n, uint64_t off, uint64_t len, uint64_t *file_off);
     /* The format's allocation unit (0: none). */
     uint64_t (*cluster_size)(struct blk_node *n);
     /* Own caches (formats) or stable storage (protocols); the generic layer

@@ -521,6 +521,49 @@ static int file_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned
     return 0;
 }
 
+static const struct blk_driver file_driver;
+
+/* Errors of copy_file_range that mean "not between these files": the
+ * caller copies through buffers instead. */
+static bool file_no_offload(int err)
+{
+    return err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF ||
+           err == ETXTBSY || err == EPERM;
+}
+
+int file_copy_range(struct blk_node *src, uint64_t soff, struct blk_node *dst, uint64_t doff,
+                    uint64_t len)
+{
+    if (src->drv != &file_driver || dst->drv != &file_driver) {
+        return -ENOTSUP;
+    }
+    struct file_state *ss = src->opaque, *ds = dst->opaque;
+    loff_t in = (loff_t)soff, out = (loff_t)doff;
+
+    if (ss->direct || ds->direct) {
+        return -ENOTSUP; /* the kernel's copy goes through the page cache */
+    }
+    for (uint64_t done = 0; done < len;) {
+        ssize_t n = copy_file_range(ss->fd, &in, ds->fd, &out, len - done, 0);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && file_no_offload(errno)) {
+            return -ENOTSUP;
+        }
+        if (n < 0) {
+            return err_set(errno, "copy_file_range %s to %s at offset %" PRIu64, src->filename,
+                           dst->filename, doff + done);
+        }
+        if (n == 0) {
+            return -ENOTSUP; /* the source ends early: let the reads say why */
+        }
+        done += (uint64_t)n;
+    }
+    file_stream_write_done(&ds->stream, ds->fd, doff, len);
+    return 0;
+}
+
 static int file_flush(struct blk_node *n)
 {
     struct file_state *s = n->opaque;

@@ -55,6 +55,16 @@ void file_stream_write_done(struct file_stream *st, int fd, uint64_t off, uint64
 /* After a successful flush (fdatasync) of the file. */
 void file_stream_flushed(struct file_stream *st, int fd);
 
+/* Copy offloading: copy len bytes of the file node src at soff to the
+ * file node dst at doff with copy_file_range, so the kernel copies once
+ * (and shares extents where the file system can).  -ENOTSUP (no message)
+ * when the nodes are not files, use O_DIRECT, or the kernel cannot copy
+ * between them; other errors have a message.  Nothing is checked or
+ * counted: see blk_copy_range (block/copy-range.c). */
+struct blk_node;
+int file_copy_range(struct blk_node *src, uint64_t soff, struct blk_node *dst, uint64_t doff,
+                    uint64_t len);
+
 /* Does the running kernel accept RWF_DSYNC on writes (Linux >= 4.7)?
  * Probed once, on a pipe, so no image is written to find out. */
 bool file_kernel_has_rwf_dsync(void);

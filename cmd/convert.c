@@ -26,6 +26,7 @@
 #include "progress.h"
 #include "target.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "nbd/uri.h"
 
@@ -37,9 +38,10 @@ static volatile sig_atomic_t convert_cancel;
 static void convert_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n]\n"
-            "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N]\n"
-            "                       [-B BACKING [-F FMT]] [-l SNAPSHOT] [--target-is-zero]\n"
+            "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n] [-U]\n"
+            "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N] [-C]\n"
+            "                       [-r RATE] [--salvage] [-B BACKING [-F FMT]]\n"
+            "                       [-l SNAPSHOT] [--target-is-zero]\n"
             "                       [--progress=human|json] [--checksum] [--reproducible]\n"
             "                       [--target=NAME] SRC DST\n"
             "\n"
@@ -63,8 +65,15 @@ static void convert_usage(FILE *f)
             "  -W                allow out-of-order writes\n"
             "  -m N              requests in flight, 1 to 64 (default %d); workers: at\n"
             "                    least one per usable CPU (taskset, cgroup quota)\n"
+            "  -r RATE           write at most RATE bytes a second (k, M, G... suffixes)\n"
+            "  -C                copy offloading: the kernel copies data extents between\n"
+            "                    files (copy_file_range, reflinks where the file system\n"
+            "                    can); raw or qcow2 SRC, raw DST; else data is copied as\n"
+            "                    usual.  Not with -c, -S or --salvage\n"
+            "      --salvage     go on past read errors: each unreadable 512-byte sector\n"
+            "                    is a warning on stderr (none with -q) and reads as zeroes\n"
             "  -B BACKING        give DST this backing file and copy only what SRC's top\n"
-            "                    image holds; -F its format\n"
+            "                    image holds; -F its format (qcow2, vmdk DST)\n"
             "  -l SNAPSHOT       copy an internal snapshot of SRC\n"
             "  -U, --force-share read SRC even while another process writes it\n"
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
@@ -82,8 +91,10 @@ static void convert_usage(FILE *f)
             "                         diskimg-targets(7); gce writes OUT.tar.gz, disk.raw\n"
             "                         in an old-GNU sparse tar gzip'd on every core (- for\n"
             "                         stdout)\n"
-            "  -q                quiet\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
-            "  -h, --help        this help\n"
+            "  -q                quiet\n"
+            "      --debug=FLAG[=N]   developer flags, as serve's: block.trace logs every\n"
+            "                         driver call (and -C's bytes offloaded)\n" CMD_TLS_HELP
+                CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage (or a malformed "
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
@@ -111,8 +122,21 @@ struct convert_opts {
     bool reproducible;  /* --reproducible */
     const char *target; /* --target */
     bool format_given;  /* -O */
+    bool sparse_given;  /* -S */
+    uint64_t offloaded; /* -C: bytes the kernel copied */
     struct target_choice choice;
 };
+
+/* --salvage: one warning per failing sector, qemu-img's words. */
+static void convert_salvaged(void *opaque, uint64_t off, bool status, int err)
+{
+    const struct convert_opts *o = opaque;
+
+    if (!o->quiet) {
+        fprintf(stderr, "diskimg: warning: error while reading %soffset %" PRIu64 ": %s\n",
+                status ? "block status at " : "", off, strerror(err));
+    }
+}
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
 {
@@ -142,7 +166,14 @@ static int convert_target(struct convert_opts *o, bool nbd_target)
 
 static int convert_parse(struct convert_opts *o, int argc, char **argv)
 {
-    enum { OPT_TARGET_IS_ZERO = 256, OPT_PROGRESS, OPT_CHECKSUM, OPT_TARGET };
+    enum {
+        OPT_TARGET_IS_ZERO = 256,
+        OPT_PROGRESS,
+        OPT_CHECKSUM,
+        OPT_TARGET,
+        OPT_SALVAGE,
+        OPT_DEBUG
+    };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
@@ -150,6 +181,8 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"checksum", no_argument, NULL, OPT_CHECKSUM},
         {"target", required_argument, NULL, OPT_TARGET},
         {"force-share", no_argument, NULL, 'U'},
+        {"salvage", no_argument, NULL, OPT_SALVAGE},
+        {"debug", required_argument, NULL, OPT_DEBUG},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         CMD_REPRODUCIBLE_LONGOPT,
@@ -159,7 +192,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     int c, r;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hf:O:o:cpqnS:t:T:Wm:B:F:l:U", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hf:O:o:cpqnS:t:T:Wm:B:F:l:UCr:", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             convert_usage(stdout);
@@ -198,6 +231,28 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
                                        optarg);
             }
             o->copy.min_sparse = v;
+            o->sparse_given = true;
+            break;
+        case 'r':
+            if (parse_size(optarg, &v) < 0 || v > INT64_MAX) {
+                return cmd_usage_error("convert",
+                                       "invalid rate limit '%s': a number of bytes a second, "
+                                       "with k, M, G, T, P or E suffixes",
+                                       optarg);
+            }
+            o->copy.rate_limit = v; /* 0: none, as qemu-img */
+            break;
+        case 'C':
+            o->copy.offload = true;
+            break;
+        case OPT_SALVAGE:
+            o->copy.salvage = true;
+            break;
+        case OPT_DEBUG:
+            if (debug_flag_set(optarg) < 0) {
+                return cmd_usage_error("convert", "unknown debug flag '%s'", optarg);
+            }
+            log_verbosity = log_verbosity ? log_verbosity : 1;
             break;
         case 't':
             if ((r = parse_cache(optarg, &o->dst.cache)) != 0) {
@@ -270,6 +325,15 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         }
         fputs(help, stdout);
         return -1; /* done, successfully */
+    }
+    /* qemu-img's refusals of -C, with its words: offloading copies data
+     * extents whole, neither compressing, scanning for zeroes nor
+     * salvaging them. */
+    if (o->copy.offload && (o->copy.compress || o->sparse_given || o->copy.salvage)) {
+        return cmd_usage_error("convert", "%s",
+                               o->copy.compress  ? "Cannot enable copy offloading when -c is used"
+                               : o->sparse_given ? "Cannot enable copy offloading when -S is used"
+                                                 : "Cannot use copy offloading in salvaging mode");
     }
     if (argc - optind != 2) {
         return cmd_usage_error("convert", "expected SRC and DST");
@@ -431,6 +495,9 @@ static int convert_run(int argc, char **argv)
     o.copy.progress = cmd_progress_cb;
     o.copy.progress_opaque = &o.progress;
     o.copy.cancel = &convert_cancel;
+    o.copy.salvaged = convert_salvaged;
+    o.copy.salvaged_opaque = &o;
+    o.copy.offloaded = &o.offloaded;
     /* Reproducible output derives the target's IDs from its content
      * checksum, which the copy computes as it reads (as for --checksum);
      * with -B it reads only the top image, so the checksum comes after.
@@ -454,6 +521,9 @@ static int convert_run(int argc, char **argv)
     }
     if (r == 0) {
         cmd_progress_finish(&o.progress, blk_image_size(src));
+    }
+    if (o.copy.offload) {
+        log_debug("copy offloading (-C): %" PRIu64 " bytes copied by the kernel", o.offloaded);
     }
     status = r == 0 ? EXIT_OK : r == -EINTR ? 128 + convert_cancel : EXIT_ERROR;
 
