@@ -242,6 +242,14 @@ bool blk_image_has_backing(struct blk_image *img);
  * first extent that does not). */
 int blk_image_reads_as_zero(struct blk_image *img, bool *zero);
 
+/* qemu-img amend: change the image's format options in place (-o list).
+ * -ENOTSUP naming the format when it cannot amend. */
+int blk_image_amend(struct blk_image *img, const char *options, bool force,
+                    void (*progress)(void *opaque, uint64_t done, uint64_t total), void *opaque);
+/* amend -o help for a format; NULL with a message when the format is
+ * unknown or cannot amend. */
+const char *blk_amend_options_help(const char *format);
+
 /* ---- Option spellings (qemu's) ---- */
 
 int blk_cache_mode_parse(const char *s, enum blk_cache_mode *out);

@@ -188,6 +188,13 @@ struct blk_driver {
      * uses, checksums included, and anything else whose bytes depend on
      * the session rather than the content.  NULL: no IDs (raw, qcow2). */
     int (*set_identity)(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
+    /* Change options of an open image in place (qemu-img amend): 'options'
+     * is the -o list ("k=v,k2=v2").  Refuses what the image cannot become
+     * before writing anything; metadata moves crash-safely.  progress may
+     * be NULL.  NULL: the format cannot amend (block/amend.c says so). */
+    int (*amend)(struct blk_node *n, const char *options, bool force,
+                 void (*progress)(void *opaque, uint64_t done, uint64_t total), void *opaque);
+    const char *amend_help; /* text for amend -o help */
     /* Consistency check and repair (formats); NULL: nothing to check. */
     int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
                  struct blk_check_result *res);

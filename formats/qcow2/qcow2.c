@@ -2,7 +2,7 @@
  * close, flush, block status, resize.  Reads are in read.c, writes in
  * alloc.c.
  *
- * Order (qcow2.h): the top, since its vtable names check.c and create.c
+ * Order (qcow2.h): the top, since its vtable names check.c, create.c and amend.c
  * and open repairs a dirty image through check.c; it may call any file. */
 #include <endian.h>
 #include <errno.h>
@@ -432,6 +432,8 @@ static const struct blk_driver qcow2_driver = {
     .create = qcow2_create,
     .create_check = qcow2_create_check,
     .create_help = QCOW2_CREATE_HELP,
+    .amend = qcow2_amend,
+    .amend_help = QCOW2_AMEND_HELP,
 };
 
 BLK_REGISTER_DRIVER(qcow2_driver)

@@ -24,6 +24,9 @@
  *   open.c       reading the metadata at open; building the metadata map
  *   check.c      consistency check and repair
  *   create.c     creating an image
+ *   refcount-rewrite.c  changing the refcount width (amend)
+ *   downgrade.c  undoing what v2 cannot hold (amend compat=0.10)
+ *   amend.c      amend -o: checks, then the steps in qemu's order
  *   qcow2.c      the driver: vtable, open, close, flush, block status, resize
  *
  * Locking: s->lock guards all metadata (L1, caches, refcounts, the
@@ -352,6 +355,49 @@ int qcow2_create_check(const struct blk_create_opts *o);
     "  preallocation=<mode>     off (default), metadata, falloc, full\n"                           \
     "  refcount_bits=<bits>     Width of a reference count entry, 1 to 64 (default 16)\n"          \
     "  size=<size>              Virtual disk size\n"
+
+/* Progress of a long amend step (NULL cb: none). */
+struct amend_progress {
+    void (*cb)(void *opaque, uint64_t done, uint64_t total);
+    void *opaque;
+};
+static inline void amend_progress(struct amend_progress *p, uint64_t done, uint64_t total)
+{
+    if (p && p->cb) {
+        p->cb(p->opaque, done, total);
+    }
+}
+
+/* Clusters to free later, as ranges. */
+struct qcow2_free_list {
+    struct qcow2_pending_free *v;
+    size_t n, cap;
+};
+
+/* refcount-rewrite.c: -ENOTSUP naming the first cluster whose refcount
+ * does not fit entries of 2^order bits; then the switch to them. */
+int qcow2_check_refcount_width_locked(struct qcow2_state *s, uint32_t order);
+int qcow2_change_refcount_order_locked(struct qcow2_state *s, uint32_t order,
+                                       struct amend_progress *p);
+
+/* downgrade.c */
+int qcow2_has_compressed_clusters_locked(struct qcow2_state *s, bool *found);
+int qcow2_expand_zero_clusters_locked(struct qcow2_state *s, struct amend_progress *p);
+/* The bitmaps' directory, tables and data, appended to fl. */
+int qcow2_collect_bitmap_clusters_locked(struct qcow2_state *s, struct qcow2_free_list *fl);
+/* Forget the bitmaps and drop their extension from s->hdr (in memory). */
+void qcow2_drop_bitmaps_locked(struct qcow2_state *s);
+
+/* amend.c: the driver's amend op. */
+int qcow2_amend(struct blk_node *n, const char *options, bool force,
+                void (*progress)(void *opaque, uint64_t done, uint64_t total), void *opaque);
+#define QCOW2_AMEND_HELP                                                                           \
+    "  backing_file=<str>     - File name of a base image\n"                                       \
+    "  backing_fmt=<str>      - Image format of the base image\n"                                  \
+    "  compat=<str>           - Compatibility level (v2 [0.10] or v3 [1.1])\n"                     \
+    "  lazy_refcounts=<bool (on/off)> - Postpone refcount updates\n"                               \
+    "  refcount_bits=<num>    - Width of a reference count entry in bits\n"                        \
+    "  size=<size>            - Virtual disk size\n"
 
 /* info.c: the driver's get_info. */
 int qcow2_get_info(struct blk_node *n, struct blk_image_info *info);
