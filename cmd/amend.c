@@ -1,0 +1,254 @@
+/* cmd/amend.c: "diskimg amend", as qemu-img amend: change a qcow2 image's
+ * format options (compat, lazy_refcounts, refcount_bits, size) in place.
+ * The work is the format driver's (its amend op, block/amend.c). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "progress.h"
+
+static void amend_usage(FILE *f)
+{
+    fprintf(f, "Usage: diskimg amend [-f FMT] [-p] [-q] [-t CACHE] [--force] [--image-opts]\n"
+               "                     [--untrusted] -o OPTIONS IMAGE\n"
+               "\n"
+               "Change the format options of IMAGE in place, as qemu-img amend: qcow2's\n"
+               "compat=0.10|1.1, lazy_refcounts=on|off, refcount_bits=1..64 and size;\n"
+               "backing_file and backing_fmt only as they are (use rebase to change them).\n"
+               "'-o help' lists them.  Everything is checked before anything is written.\n"
+               "\n"
+               "  -f, --format=FMT  image format (default: probe); only qcow2 can amend\n"
+               "  -o OPTIONS        KEY=VALUE[,KEY=VALUE...] (may be repeated)\n"
+               "  -p, --progress    show progress\n"
+               "  -q, --quiet       print nothing but errors\n"
+               "  -t CACHE          cache mode (default: writeback)\n"
+               "      --force       accepted for qemu-img compatibility (LUKS keyslots)\n"
+               "      --image-opts  IMAGE is "
+               "driver=FMT,file.filename=PATH[,KEY=VALUE...]\n" CMD_UNTRUSTED_HELP
+               "  -h, --help        this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure (the image is left as it was), 2 bad "
+               "usage,\n" CMD_IN_USE_HELP ".  See diskimg-amend(1).\n");
+}
+
+/* --image-opts "k=v,...": the generic keys fill o, the rest go to the
+ * drivers.  spec is split in place and must outlive o. */
+static int parse_image_opts(char *spec, struct blk_image_opts *o)
+{
+    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *value = strchr(kv, '=');
+        const char *key = kv;
+
+        if (!value) {
+            return cmd_usage_error("amend", "--image-opts: '%s' is not key=value", kv);
+        }
+        *value++ = '\0';
+        if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
+            o->format = value;
+        } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0) {
+            o->filename = value;
+        } else if (strcmp(key, "file.driver") == 0) {
+            if (strcmp(value, "file") != 0) {
+                return cmd_usage_error("amend", "--image-opts: file.driver=%s is not supported",
+                                       value);
+            }
+        } else if (strcmp(key, "cache") == 0) {
+            if (blk_cache_mode_parse(value, &o->cache) < 0) {
+                return cmd_usage_error("amend", "--image-opts: invalid cache mode '%s'", value);
+            }
+        } else if (blk_kv_add(&o->options, key, value) < 0) {
+            return cmd_usage_error("amend", "--image-opts: %s", err_msg());
+        }
+    }
+    return 0;
+}
+
+/* -o help: the format given, or the image's. */
+static int print_help(const char *format, struct blk_image_opts *o, bool have_image)
+{
+    struct blk_image *img = NULL;
+    int r;
+
+    if (!format) {
+        if (!have_image) {
+            return cmd_usage_error("amend", "Expecting one image file name");
+        }
+        struct blk_image_opts ro = *o;
+        ro.read_only = true;
+        ro.force_share = true;
+        ro.no_backing = true;
+        r = blk_image_open(&img, &ro);
+        if (r < 0) {
+            cmd_print_open_error(r, true);
+            return cmd_status(r, EXIT_ERROR);
+        }
+        format = blk_image_format(img);
+    }
+    const char *help = blk_amend_options_help(format);
+    if (help) {
+        printf("Amend options for '%s':\n%s", format, help);
+    } else {
+        cmd_print_error(-EINVAL);
+    }
+    if (img) {
+        blk_image_close(img);
+    }
+    return help ? EXIT_OK : EXIT_ERROR;
+}
+
+static bool has_help(const char *options)
+{
+    CLEANUP_FREE char *copy = strdup(options);
+
+    for (char *save = NULL, *t = copy ? strtok_r(copy, ",", &save) : NULL; t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "help") == 0 || strcmp(t, "?") == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static int amend_run(int argc, char **argv)
+{
+    enum { OPT_FORCE = 256, OPT_IMAGE_OPTS };
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"format", required_argument, NULL, 'f'},
+        {"options", required_argument, NULL, 'o'},
+        {"progress", no_argument, NULL, 'p'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"cache", required_argument, NULL, 't'},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"force-share", no_argument, NULL, 'U'},
+        CMD_UNTRUSTED_LONGOPT,
+        {NULL, 0, NULL, 0},
+    };
+    struct blk_image_opts o = {.cache = BLK_CACHE_WRITEBACK};
+    CLEANUP_FREE char *options = NULL;
+    bool progress = false, quiet = false, force = false, image_opts = false;
+    struct blk_image *img = NULL;
+    int c, r;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":hf:o:pqt:U", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            amend_usage(stdout);
+            return EXIT_OK;
+        case 'f':
+            o.format = optarg;
+            break;
+        case 'o':
+            if (!cmd_append_options(&options, optarg)) {
+                return cmd_usage_error("amend", "out of memory");
+            }
+            break;
+        case 'p':
+            progress = true;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 't':
+            if (blk_cache_mode_parse(optarg, &o.cache) < 0) {
+                return cmd_usage_error("amend", "invalid cache mode '%s'", optarg);
+            }
+            break;
+        case OPT_FORCE:
+            force = true;
+            break;
+        case OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
+        case 'U':
+            return cmd_usage_error("amend", "-U (--force-share) is for commands that only "
+                                            "read; amend writes");
+        case ':':
+            return cmd_usage_error("amend", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            if (cmd_image_option(c, optarg, &o)) {
+                break;
+            }
+            return cmd_usage_error("amend", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc && strcmp(argv[optind], "--") == 0) {
+        optind++;
+    }
+    if (!options) {
+        return cmd_usage_error("amend", "Must specify options (-o)");
+    }
+    if (argc - optind > 1) {
+        return cmd_usage_error("amend", "Expecting one image file name");
+    }
+    if (optind < argc) {
+        if (image_opts) {
+            if (o.format) {
+                return cmd_usage_error("amend", "--image-opts and -f are mutually exclusive");
+            }
+            r = parse_image_opts(argv[optind], &o);
+            if (r) {
+                return r;
+            }
+            if (!o.filename) {
+                return cmd_usage_error("amend", "--image-opts: file.filename is missing");
+            }
+            if (blk_kv_check(&o.options) < 0) {
+                return cmd_usage_error("amend", "--image-opts: %s", err_msg());
+            }
+        } else {
+            o.filename = argv[optind];
+        }
+    }
+    if (has_help(options)) {
+        return print_help(o.format, &o, optind < argc);
+    }
+    if (optind == argc) {
+        return cmd_usage_error("amend", "Expecting one image file name");
+    }
+    /* size= may change the virtual size. */
+    CLEANUP_FREE char *lookup = malloc(strlen(options) + 2);
+    if (lookup) {
+        sprintf(lookup, ",%s", options);
+        o.resize = strstr(lookup, ",size=") != NULL;
+    }
+    /* Metadata only: a file it names is not needed, and never opened
+     * when the image is untrusted. */
+    o.no_backing = o.untrusted;
+    r = blk_image_open(&img, &o);
+    if (r < 0) {
+        cmd_print_open_error(r, false);
+        return cmd_status(r, EXIT_ERROR);
+    }
+    struct cmd_progress prog;
+    cmd_progress_start(&prog, progress && !quiet, false);
+    r = blk_image_amend(img, options, force, cmd_progress_cb, &prog);
+    int r2 = blk_image_close(img);
+    if (r == 0) {
+        r = r2;
+    }
+    if (r < 0) {
+        cmd_progress_abort(&prog);
+        cmd_print_error(r);
+        return EXIT_ERROR;
+    }
+    if (progress && !quiet) {
+        cmd_progress_finish(&prog, 1);
+    }
+    return EXIT_OK;
+}
+
+const struct cmd cmd_amend = {
+    .name = "amend",
+    .summary = "change a qcow2 image's format options in place",
+    .run = amend_run,
+    .usage = amend_usage,
+};
