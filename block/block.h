@@ -169,6 +169,9 @@ struct blk_image_opts {
      * one raw disk written side by side, a qcow2 snapshot beside the live
      * image.  Two writers of one qcow2 file are still refused. */
     bool share_in_process;
+    /* commit: the backing file this many levels down (1: the image's own)
+     * opens read-write, locked for writing; 0: all read-only. */
+    unsigned write_backing_depth;
     /* What the image's drivers take as key=value (an internal snapshot,
      * a window of a raw file, TLS credentials...): each driver declares
      * and checks its own keys (see "Driver options" above). */

@@ -81,6 +81,10 @@ struct blk_open_opts {
     bool no_lock;                  /* file: a lock of this process covers it already (create) */
     unsigned depth;                /* position in a backing chain, 0 = top */
     const struct blk_chain *chain; /* files above this one */
+    /* The backing file at this depth (> 0) opens read-write, locked for
+     * writing and resizing (commit's base); 0: every backing file is
+     * read-only. */
+    unsigned write_depth;
 };
 
 /* One key=value option a driver takes (blk_driver.options).  The type
@@ -195,6 +199,15 @@ struct blk_driver {
     int (*amend)(struct blk_node *n, const char *options, bool force,
                  void (*progress)(void *opaque, uint64_t done, uint64_t total), void *opaque);
     const char *amend_help; /* text for amend -o help */
+    /* Record a new backing file name and format in the image's metadata
+     * (rebase; file NULL: none, format NULL: not recorded), durable on
+     * return.  Only the header changes: the caller has made the data
+     * agree.  NULL: the format cannot (qemu-img says "Operation not
+     * supported"). */
+    int (*change_backing)(struct blk_node *n, const char *file, const char *format);
+    /* Drop every cluster the image holds so that all of it reads through
+     * to the backing file (commit), durable on return.  NULL: -ENOTSUP. */
+    int (*make_empty)(struct blk_node *n);
     /* Consistency check and repair (formats); NULL: nothing to check. */
     int (*check)(struct blk_node *n, enum blk_repair repair, FILE *report,
                  struct blk_check_result *res);

@@ -46,6 +46,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
                   .shared = BLK_PERM_SHARED_DEFAULT,
                   .shared_here = opts->share_in_process ? BLK_PERM_ALL : BLK_PERM_SHARED_DEFAULT},
         .force_share = opts->force_share,
+        .write_depth = opts->write_backing_depth,
     };
     struct blk_node *root = NULL;
     struct blk_image *img;

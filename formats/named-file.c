@@ -91,8 +91,17 @@ int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const
         .depth = opts->depth + 1,
         .chain = &me,
         .force_share = opts->force_share,
+        .write_depth = opts->write_depth,
     };
     blk_perm_for_backing(&opts->perms, &bo.perms);
+    if (opts->write_depth == bo.depth) {
+        /* commit's base: written and grown, by nobody else meanwhile */
+        bo.read_only = false;
+        bo.force_share = false;
+        bo.perms.perm |= BLK_PERM_WRITE | BLK_PERM_RESIZE;
+        bo.perms.shared &= ~(unsigned)(BLK_PERM_WRITE | BLK_PERM_RESIZE);
+        bo.perms.shared_here &= ~(unsigned)(BLK_PERM_WRITE | BLK_PERM_RESIZE);
+    }
     int r = blk_open_stack(out, &bo, "file", format);
     if (r < 0 && !fmt_chain_error_below(r, opts)) {
         CLEANUP_FREE char *esc = str_escape(n->filename);

@@ -33,7 +33,8 @@ int fmt_refuse_named(const char *driver, const char *what, const char *name);
 
 /* Open the backing image at path (from fmt_named_path) below node n,
  * which opts opened: read-only, with a backing file's permissions, one
- * deeper in the chain.  format NULL: probed.  On failure the message
+ * deeper in the chain (read-write and locked for writing when it is
+ * opts->write_depth, commit's base).  format NULL: probed.  On failure the message
  * names n's file unless the error belongs to an image further down. */
 int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
                      const char *format, struct blk_node **out);

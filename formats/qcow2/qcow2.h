@@ -20,6 +20,7 @@
  *   backing.c    opening the backing file
  *   read.c       guest reads, and the copy-on-write read
  *   alloc.c      allocating writes, copy-on-write, zeroing and discard
+ *   chain.c      rebase and commit: a new backing file name, emptying
  *   info.c       what `info` shows
  *   open.c       reading the metadata at open; building the metadata map
  *   check.c      consistency check and repair
@@ -326,6 +327,10 @@ int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags
 int qcow2_compress(struct blk_node *n, const void *in, uint64_t len, void *out, size_t cap,
                    size_t *out_len);
 int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen);
+
+/* chain.c: the driver's change_backing and make_empty. */
+int qcow2_change_backing(struct blk_node *n, const char *file, const char *format);
+int qcow2_make_empty(struct blk_node *n);
 
 /* Map every cluster of the image to a host cluster (create -o
  * preallocation): metadata only, or also fallocate the data (falloc), or

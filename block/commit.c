@@ -1,0 +1,97 @@
+/* block/commit.c: commit's data step, as qemu-img commit does it: what
+ * the layers above the base hold (block status says which layer answers)
+ * is read through the top image, which reads it from the layer that
+ * holds it, and written into the base; ranges the base or the layers
+ * below it hold are never read.  The base is grown to the top's size
+ * first, as qemu grows it, and flushed at the end, before the caller
+ * empties the top: a crash leaves the old guest view or the committed
+ * one, never a mix.
+ *
+ * Not for: emptying the top layer (the driver's make_empty). */
+#include <errno.h>
+
+#include "chain-pool.h"
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "driver.h"
+
+#define CHUNK (2u << 20)
+
+struct commit {
+    struct blk_image *img;
+    struct blk_node *base;
+    unsigned base_depth;
+    unsigned flags; /* FUA when the cache mode writes through (-t) */
+};
+
+static int commit_range(struct commit *c, uint64_t off, uint64_t len, bool zero, uint8_t *buf)
+{
+    int r;
+
+    if (zero) {
+        return blk_pwrite_zeroes(c->base, off, len, BLK_REQ_MAY_UNMAP | c->flags);
+    }
+    r = blk_image_pread(c->img, off, buf, len);
+    return r < 0 ? r : blk_pwrite(c->base, off, buf, len, c->flags);
+}
+
+static int commit_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *buf, uint8_t *unused,
+                        uint64_t *written)
+{
+    struct commit *c = opaque;
+
+    (void)unused;
+    for (uint64_t pos = off, end = off + len; pos < end;) {
+        struct blk_extent e;
+        int r = blk_image_block_status(c->img, pos, end - pos, &e);
+        if (r < 0) {
+            return r;
+        }
+        /* depth is the holding layer + 1 (0: nothing holds it) */
+        if (e.depth != 0 && e.depth <= c->base_depth) {
+            r = commit_range(c, pos, e.length, e.flags & BLK_EXT_ZERO, buf);
+            if (r < 0) {
+                return r;
+            }
+            *written += e.length;
+        }
+        pos += e.length;
+    }
+    return 0;
+}
+
+int blk_commit_data(struct blk_image *img, unsigned base_depth, const struct blk_chain_opts *o)
+{
+    struct commit c = {.img = img, .base_depth = base_depth};
+
+    /* The base is a node of img's stack, written below the image's
+     * cache policy: apply its writethrough here. */
+    if (blk_cache_mode_writethrough(blk_image_cache_mode(img))) {
+        c.flags = BLK_REQ_FUA;
+    }
+    uint64_t size = blk_image_size(img);
+    int64_t base_len;
+    int r;
+
+    c.base = blk_image_root(img);
+    for (unsigned d = 0; c.base && d < base_depth; d++) {
+        c.base = c.base->backing;
+    }
+    if (!base_depth || !c.base) {
+        return err_setx(EINVAL, "no backing file at depth %u", base_depth);
+    }
+    if (c.base->read_only) {
+        return err_setx(EPERM, "%s: the base is open read-only", c.base->filename);
+    }
+    base_len = blk_get_length(c.base);
+    if (base_len < 0) {
+        return (int)base_len;
+    }
+    if ((uint64_t)base_len < size && (r = blk_truncate(c.base, size)) < 0) {
+        err_prefix("growing %s to %llu bytes", c.base->filename, (unsigned long long)size);
+        return r;
+    }
+    r = blk_chain_run(size, CHUNK, commit_chunk, &c, o);
+    return r < 0 ? r : blk_flush(c.base);
+}
