@@ -1,0 +1,170 @@
+#!/usr/bin/env bats
+# diskimg commit, judged by qemu-img: what each image of the chain reads
+# (qemu-img compare) and maps after diskimg commit and after qemu-img
+# commit on the same chain, qemu-img check, -b BASE down the chain, bases
+# of every format diskimg writes, a base that grows; errors leave the
+# images unchanged; kill -9 at any moment leaves a chain that reads as
+# before.
+
+load '../helpers'
+bats_require_minimum_version 1.5.0
+
+setup() {
+    setup_test
+    cd "$TEST_DIR"
+}
+teardown() { cleanup_test; }
+
+# make_chain P: P-base.qcow2 <- P-mid.qcow2 <- P-top.qcow2, 4 MiB.
+# base: 0x11 in 0-1M, 0x12 in 2M-2.5M; mid: 0x21 in 1M-2M, zeroes at
+# 2M-2064k; top: 0x31 at 3M-3136k, zeroes at 0-64k.
+make_chain() {
+    qemu-img create -q -f qcow2 "$1-base.qcow2" 4M
+    qemu-io -f qcow2 -c 'write -P 0x11 0 1M' -c 'write -P 0x12 2M 512k' "$1-base.qcow2" >/dev/null
+    qemu-img create -q -f qcow2 -b "$1-base.qcow2" -F qcow2 "$1-mid.qcow2"
+    qemu-io -f qcow2 -c 'write -P 0x21 1M 1M' -c 'write -z 2M 64k' "$1-mid.qcow2" >/dev/null
+    qemu-img create -q -f qcow2 -b "$1-mid.qcow2" -F qcow2 "$1-top.qcow2"
+    qemu-io -f qcow2 -c 'write -P 0x31 3M 64k' -c 'write -z 0 64k' "$1-top.qcow2" >/dev/null
+}
+
+# The map of an image (what holds each range, offsets aside), with the
+# chain's prefix P dropped from the file names.
+fmap() {
+    qemu-img map --output=json "$1" | sed 's/, "offset": [0-9]*//; s/"[dq]-/"/'
+}
+
+# same_chains: d-* and q-* read and map the same, and check clean.
+same_chains() {
+    local f
+    for f in top mid base; do
+        qemu-img compare "d-$f.qcow2" "q-$f.qcow2"
+        diff <(fmap "d-$f.qcow2") <(fmap "q-$f.qcow2")
+        qemu-img check -q "d-$f.qcow2"
+    done
+}
+
+@test "commit: into the backing file, then emptied, as qemu-img commit" {
+    make_chain d
+    make_chain q
+    qemu-img convert -O raw d-top.qcow2 view.raw
+    qemu-img convert -O raw d-base.qcow2 base.raw
+    run --separate-stderr "$DISKIMG" commit d-top.qcow2
+    [[ $status -eq 0 && $output == "Image committed." ]]
+    qemu-img commit -q q-top.qcow2
+    same_chains
+    qemu-img compare -F raw d-top.qcow2 view.raw
+    # top holds nothing now; the base is untouched.
+    [[ $(qemu-img map --output=json d-top.qcow2) != *'"depth": 0'* ]]
+    qemu-img compare -F raw d-base.qcow2 base.raw
+    run "$DISKIMG" commit -q d-mid.qcow2
+    [[ $status -eq 0 && -z $output ]]
+    qemu-img commit -q q-mid.qcow2
+    same_chains
+    qemu-img compare -F raw d-top.qcow2 view.raw
+}
+
+@test "commit -b BASE: every layer above BASE goes into it, nothing is emptied (-p, -r)" {
+    make_chain d
+    make_chain q
+    qemu-img convert -O raw d-top.qcow2 view.raw
+    cp d-top.qcow2 top.orig
+    cp d-mid.qcow2 mid.orig
+    run --separate-stderr "$DISKIMG" commit -p -r 64M -b d-base.qcow2 d-top.qcow2
+    [[ $status -eq 0 && $output == "Image committed." && $stderr == *"(100.00/100%)"* ]]
+    qemu-img commit -q -b q-base.qcow2 q-top.qcow2
+    same_chains
+    qemu-img compare -F raw d-base.qcow2 view.raw
+    cmp d-top.qcow2 top.orig
+    cmp d-mid.qcow2 mid.orig
+    # -d leaves the image as it was; an absolute name finds the base too.
+    make_chain e
+    "$DISKIMG" commit -q -d e-top.qcow2
+    qemu-img compare e-top.qcow2 view.raw
+    [[ $(qemu-img map --output=json e-top.qcow2) == *'"depth": 0'* ]]
+    "$DISKIMG" commit -q -b "$PWD/e-base.qcow2" e-top.qcow2
+    qemu-img compare -F raw e-base.qcow2 view.raw
+}
+
+@test "commit: bases of every format diskimg writes; a shorter base grows" {
+    local f
+    for f in raw qcow2 vmdk vpc vhdx vdi; do
+        qemu-img create -q -f "$f" "b.$f" 4M
+        qemu-io -f "$f" -c 'write -P 0x51 0 1M' -c 'write -P 0x52 3M 64k' "b.$f" >/dev/null
+        qemu-img create -q -f qcow2 -b "b.$f" -F "$f" "o-$f.qcow2"
+        qemu-io -f qcow2 -c 'write -P 0x61 512k 1M' -c 'write -z 3M 4k' "o-$f.qcow2" >/dev/null
+        qemu-img convert -O raw "o-$f.qcow2" "view-$f.raw"
+        "$DISKIMG" commit -q "o-$f.qcow2"
+        qemu-img compare -f "$f" -F raw "b.$f" "view-$f.raw"
+        qemu-img compare -F raw "o-$f.qcow2" "view-$f.raw"
+        if [[ $f != raw && $f != vpc ]]; then qemu-img check -q "b.$f"; fi
+    done
+    # A 1 MiB raw base under a 3 MiB overlay is grown, as qemu-img does.
+    qemu-img create -q -f raw s.raw 1M
+    qemu-img create -q -f qcow2 -b s.raw -F raw big.qcow2 3M
+    qemu-io -f qcow2 -c 'write -P 0x71 2M 64k' big.qcow2 >/dev/null
+    qemu-img convert -O raw big.qcow2 big.raw
+    "$DISKIMG" commit -q big.qcow2
+    [[ $(stat -c %s s.raw) -eq 3145728 ]]
+    cmp s.raw big.raw
+    qemu-img compare -F raw big.qcow2 big.raw
+}
+
+@test "commit: bad input fails with one line and leaves the images unchanged" {
+    make_chain d
+    cp d-top.qcow2 top.orig
+    cp d-base.qcow2 base.orig
+    qemu-img create -q -f qcow2 alone.qcow2 1M
+    cp alone.qcow2 alone.orig
+    run --separate-stderr "$DISKIMG" commit alone.qcow2
+    [[ $status -eq 1 && $stderr == "diskimg: Image does not have a backing file" ]]
+    cmp alone.qcow2 alone.orig
+    run --separate-stderr "$DISKIMG" commit -b alone.qcow2 d-top.qcow2
+    [[ $status -eq 1 ]]
+    [[ $stderr == "diskimg: Did not find 'alone.qcow2' in the backing chain of 'd-top.qcow2'" ]]
+    run --separate-stderr "$DISKIMG" commit -b d-top.qcow2 d-top.qcow2
+    [[ $status -eq 1 && $stderr == *"Did not find"* ]]
+    run --separate-stderr "$DISKIMG" commit --untrusted d-top.qcow2
+    [[ $status -eq 1 && $stderr == *"refusing to open backing file 'd-mid.qcow2'"* ]]
+    run --separate-stderr "$DISKIMG" commit -r 0 d-top.qcow2
+    [[ $status -eq 2 ]]
+    # The base in use by a writer: exit 5.
+    start_server -f qcow2 d-base.qcow2
+    run --separate-stderr "$DISKIMG" commit -b d-base.qcow2 d-top.qcow2
+    [[ $status -eq 5 && $stderr == *"d-base.qcow2"* ]]
+    stop_server
+    cmp d-top.qcow2 top.orig
+    cmp d-base.qcow2 base.orig
+}
+
+@test "commit: kill -9 at any moment leaves a chain that reads as before" {
+    # Many scattered clusters, committed one FUA write at a time so that
+    # the commit lasts long enough to be killed in the middle of copying
+    # or of emptying the overlay.
+    qemu-img create -q -f qcow2 b.qcow2 16M
+    qemu-io -f qcow2 -c 'write -P 0x11 0 16M' b.qcow2 >/dev/null
+    qemu-img create -q -f qcow2 -b b.qcow2 -F qcow2 o.qcow2
+    local cmds=() i
+    for ((i = 0; i < 256; i += 2)); do cmds+=(-c "write -P $((i % 250 + 1)) $((i * 64))k 64k"); done
+    qemu-io -f qcow2 "${cmds[@]}" o.qcow2 >/dev/null
+    qemu-img convert -O raw o.qcow2 view.raw
+    cp b.qcow2 b.orig
+    cp o.qcow2 o.orig
+    local killed=0 pid
+    for i in 1 2 3 4 5 6; do
+        cp b.orig b.qcow2
+        cp o.orig o.qcow2
+        "$DISKIMG" commit -q -t writethrough o.qcow2 &
+        pid=$!
+        sleep "$(printf '0.%03d' $((RANDOM % 120)))"
+        kill -KILL "$pid" 2>/dev/null && killed=$((killed + 1))
+        wait "$pid" || true
+        qemu-img check -q o.qcow2 || [[ $? -eq 3 ]]
+        qemu-img check -q b.qcow2 || [[ $? -eq 3 ]]
+        qemu-img compare -F raw o.qcow2 view.raw
+    done
+    [[ $killed -gt 0 ]]
+    # What a killed commit left, a new one completes.
+    "$DISKIMG" commit -q o.qcow2
+    qemu-img compare -F raw o.qcow2 view.raw
+    qemu-img compare -F raw b.qcow2 view.raw
+}
