@@ -172,6 +172,11 @@ struct blk_image_opts {
     /* commit: the backing file this many levels down (1: the image's own)
      * opens read-write, locked for writing; 0: all read-only. */
     unsigned write_backing_depth;
+    /* serve -s: the image is opened read-only (locked as a reader) and
+     * every write goes to a throw-away overlay, a file of $TMPDIR that
+     * has no name (block/overlay.c); the image reads as written until
+     * it is closed. */
+    bool temp_overlay;
     /* What the image's drivers take as key=value (an internal snapshot,
      * a window of a raw file, TLS credentials...): each driver declares
      * and checks its own keys (see "Driver options" above). */

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "common/util.h"
 #include "driver.h"
+#include "overlay.h"
 
 struct blk_image {
     struct blk_node *root;
@@ -52,6 +53,9 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     struct blk_image *img;
     int r;
 
+    if (opts->temp_overlay) {
+        o.read_only = true; /* writes stop at the overlay */
+    }
     if (!o.read_only) {
         o.perms.perm |= BLK_PERM_WRITE;
     }
@@ -73,6 +77,10 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
                               : -EPROTONOSUPPORT;
     }
     r = blk_open_stack(&root, &o, proto->name, opts->format);
+    if (r == 0 && opts->temp_overlay) {
+        r = blk_overlay_open(&root, root);
+        o.read_only = r < 0 || opts->read_only;
+    }
     if (r < 0) {
         return r;
     }

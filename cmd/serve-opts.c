@@ -35,6 +35,9 @@ void serve_usage(FILE *f)
         "  -D, --description=TEXT   export description\n"
         "  -r, --read-only          export read-only\n"
         "  -U, --force-share        with -r: serve an image another process writes\n"
+        "  -s, --snapshot           throw-away writes: the image is opened read-only and\n"
+        "                           clients' writes go to a temporary overlay in $TMPDIR\n"
+        "                           (default /var/tmp) that has no name and is gone at exit\n"
         "  -l, --load-snapshot=NAME qcow2: export internal snapshot NAME (or id), read-only\n"
         "  -B, --bitmap=NAME        qcow2: offer persistent bitmap NAME as the meta context\n"
         "                           qemu:dirty-bitmap:NAME (repeatable; an enabled bitmap\n"
@@ -42,6 +45,7 @@ void serve_usage(FILE *f)
         "      --export=SPEC        one more export (repeatable): name=NAME,file=PATH and\n"
         "                           optionally format=, read-only=on, description=,\n"
         "                           snapshot=, bitmap= (repeatable), force-share=on,\n"
+        "                           throwaway=on (as -s),\n"
         "                           cache=, aio=, discard=, detect-zeroes=,\n"
         "                           l2-cache-size=, offset=, size=; the image options\n"
         "                           above are its defaults\n"
@@ -155,6 +159,10 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
     } else if (strcmp(key, "read-only") == 0) {
         if (parse_bool(value, &img->read_only) < 0) {
             return cmd_usage_error("serve", "%s: invalid read-only '%s'", what, value);
+        }
+    } else if (strcmp(key, "throwaway") == 0) {
+        if (parse_bool(value, &img->temp_overlay) < 0) {
+            return cmd_usage_error("serve", "%s: invalid throwaway '%s'", what, value);
         }
     } else if (strcmp(key, "force-share") == 0) {
         if (parse_bool(value, &img->force_share) < 0) {
@@ -303,6 +311,7 @@ static const struct option serve_long_opts[] = {
     {"description", required_argument, NULL, 'D'},
     {"read-only", no_argument, NULL, 'r'},
     {"force-share", no_argument, NULL, 'U'},
+    {"snapshot", no_argument, NULL, 's'},
     {"load-snapshot", required_argument, NULL, 'l'},
     {"bitmap", required_argument, NULL, 'B'},
     {"l2-cache-size", required_argument, NULL, OPT_L2_CACHE},
@@ -346,7 +355,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
     int c;
 
     opterr = 0; /* our own messages, in our own format */
-    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rUl:B:o:ne:tv", serve_long_opts, NULL)) !=
+    while ((c = getopt_long(argc, argv, ":hVk:b:p:f:x:D:rUsl:B:o:ne:tv", serve_long_opts, NULL)) !=
            -1) {
         switch (c) {
         case 'h':
@@ -385,6 +394,9 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             break;
         case 'U':
             o->img.force_share = true;
+            break;
+        case 's':
+            o->img.temp_overlay = true;
             break;
         case OPT_UNTRUSTED:
             o->img.untrusted = true;
