@@ -42,6 +42,17 @@ int qcow2_has_compressed_clusters_locked(struct qcow2_state *s, bool *found)
     return 0;
 }
 
+/* A host cluster named by a table: aligned, past the header, inside the
+ * file (the metadata map knows the rest). */
+static int check_cluster(const struct qcow2_state *s, uint64_t off, const char *what)
+{
+    if (off == 0 || off % s->cluster_size || off >= s->file_end) {
+        return err_setx(EINVAL, "qcow2: %s at 0x%" PRIx64 " is not a cluster of the file", what,
+                        off);
+    }
+    return 0;
+}
+
 static int add_range(struct qcow2_free_list *fl, uint64_t off, uint64_t bytes)
 {
     if (fl->n == fl->cap) {
@@ -69,7 +80,10 @@ static int expand_entry_locked(struct qcow2_state *s, uint64_t l2_refs, bool bel
     int r;
 
     if (host) {
-        r = qcow2_get_refcount_locked(s, host >> s->cluster_bits, &refs);
+        r = check_cluster(s, host, "zero cluster");
+        if (r == 0) {
+            r = qcow2_get_refcount_locked(s, host >> s->cluster_bits, &refs);
+        }
         if (r < 0) {
             return r;
         }
@@ -114,8 +128,11 @@ static int expand_l2_locked(struct qcow2_state *s, uint64_t l2_off, bool below, 
     struct qcow2_free_list drop = {0};
     uint64_t n = s->cluster_size / 8, refs;
     bool dirty = false;
-    int r = blk_pread(s->file, l2_off, l2, s->cluster_size);
+    int r = check_cluster(s, l2_off, "L2 table");
 
+    if (r == 0) {
+        r = blk_pread(s->file, l2_off, l2, s->cluster_size);
+    }
     if (r == 0) {
         r = qcow2_get_refcount_locked(s, l2_off >> s->cluster_bits, &refs);
     }
@@ -218,6 +235,9 @@ int qcow2_collect_bitmap_clusters_locked(struct qcow2_state *s, struct qcow2_fre
         for (uint32_t j = 0; r == 0 && j < bm->table_size; j++) {
             uint64_t off = be64toh(t[j]) & L2E_OFFSET_MASK;
             if (off) {
+                r = check_cluster(s, off, "bitmap data cluster");
+            }
+            if (off && r == 0) {
                 r = add_range(fl, off, cs);
             }
         }

@@ -24,17 +24,30 @@
 #include "refcount-math.h"
 
 /* Every cluster the old refcount blocks describe, from the file's start:
- * the file's clusters, and all those of the last block in use. */
-static uint64_t counted_clusters(const struct qcow2_state *s)
+ * the file's clusters, and all those of the last block in use.  Blocks
+ * lie inside the file and describe clusters near it; a table that says
+ * otherwise is refused rather than walked (a hostile one could name
+ * 2^35 clusters). */
+static int counted_clusters(const struct qcow2_state *s, uint64_t *out)
 {
     uint64_t n = s->file_end >> s->cluster_bits;
+    uint64_t slack = 4ULL << s->refblock_bits;
 
-    for (uint32_t i = s->reftable_entries; i > 0; i--) {
-        if (s->reftable[i - 1]) {
-            return MAX(n, (uint64_t)i << s->refblock_bits);
+    *out = n;
+    for (uint32_t i = 0; i < s->reftable_entries; i++) {
+        if (!s->reftable[i]) {
+            continue;
         }
+        if (s->reftable[i] >= s->file_end || ((uint64_t)i << s->refblock_bits) > n + slack) {
+            return err_setx(EINVAL,
+                            "qcow2: refcount block %" PRIu32 " at 0x%" PRIx64
+                            " lies or counts past the end of the file (run 'diskimg check -r "
+                            "all')",
+                            i, s->reftable[i]);
+        }
+        *out = MAX(*out, (uint64_t)(i + 1) << s->refblock_bits);
     }
-    return n;
+    return 0;
 }
 
 /* The refcount of every cluster, read through the cache (flushed). */
@@ -75,12 +88,12 @@ static int check_width(const struct qcow2_state *s, const uint64_t *counts, uint
 
 int qcow2_check_refcount_width_locked(struct qcow2_state *s, uint32_t order)
 {
-    uint64_t n = counted_clusters(s);
     CLEANUP_FREE uint64_t *counts = NULL;
-    int r;
+    uint64_t n;
+    int r = counted_clusters(s, &n);
 
-    if (order >= s->hdr.refcount_order) {
-        return 0; /* every refcount fits a wider entry */
+    if (r < 0 || order >= s->hdr.refcount_order) {
+        return r; /* every refcount fits a wider entry */
     }
     r = read_refcounts_locked(s, n, &counts);
     return r < 0 ? r : check_width(s, counts, n, order);
@@ -220,7 +233,9 @@ int qcow2_change_refcount_order_locked(struct qcow2_state *s, uint32_t order,
     int r = qcow2_flush_caches_locked(s);
 
     if (r == 0) {
-        nr.n = counted_clusters(s);
+        r = counted_clusters(s, &nr.n);
+    }
+    if (r == 0) {
         r = read_refcounts_locked(s, nr.n, &nr.counts);
     }
     if (r == 0) {
