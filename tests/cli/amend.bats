@@ -61,9 +61,7 @@ snapshot_reads() {
 
 @test "amend qcow2 v3: compat, refcount_bits, lazy_refcounts, size as qemu-img" {
     rich "$TEST_DIR/v3.qcow2"
-    for opts in compat=0.10 refcount_bits=2 refcount_bits=8 refcount_bits=64 \
-        lazy_refcounts=on refcount_bits=32,lazy_refcounts=on \
-        compat=v2,lazy_refcounts=off; do
+    for opts in refcount_bits=2 refcount_bits=64,lazy_refcounts=on compat=v2,lazy_refcounts=off; do
         same_as_qemu "$TEST_DIR/v3.qcow2" "$opts"
     done
     # The last one was a downgrade: the snapshot kept its data.
@@ -129,6 +127,19 @@ refused() {
     # finds it first and changes nothing
     rich "$TEST_DIR/z.qcow2" -o compression_type=zstd
     refused "$TEST_DIR/z.qcow2" compat=0.10 "Cannot downgrade an image with zstd compression type and existing compressed clusters"
+    # a hostile L2 entry: a zero cluster far past the end of the file
+    qemu-img create -q -f qcow2 "$TEST_DIR/h.qcow2" 4M
+    qemu-io -f qcow2 -c 'write -P 1 0 64k' -c 'write -z 0 64k' "$TEST_DIR/h.qcow2" >/dev/null
+    "$PYTHON3" - "$TEST_DIR/h.qcow2" <<'PY'
+import struct, sys
+f = open(sys.argv[1], 'r+b')
+l1 = struct.unpack('>Q', f.read(48)[40:48])[0]
+f.seek(l1)
+l2 = struct.unpack('>Q', f.read(8))[0] & 0x00fffffffffffe00
+f.seek(l2)
+f.write(struct.pack('>Q', 0x40000000000 | 1))
+PY
+    refused "$TEST_DIR/h.qcow2" compat=0.10 "zero cluster at 0x40000000000 is not a cluster of the file"
     # a shrunk snapshot size cannot go to v2
     refused "$TEST_DIR/e.qcow2" size=2M,compat=0.10 "Cannot downgrade an image with incompatible features"
     qemu-img create -q -f qcow2 "$TEST_DIR/s.qcow2" 1M
@@ -187,6 +198,16 @@ refused() {
     [[ $status -eq 1 && "$stderr" == *missing.qcow2* ]]
     "$DISKIMG" amend --untrusted -o lazy_refcounts=on,compat=1.1 "$TEST_DIR/m.qcow2"
     qemu-img info -U "$TEST_DIR/m.qcow2" | grep -q 'lazy refcounts: true'
+    # lazy_refcounts=off on a dirty image: repaired first, as qemu does
+    qemu-img create -q -f qcow2 -o lazy_refcounts=on "$TEST_DIR/d.qcow2" 4M
+    qemu-io -f qcow2 -c 'write -P 1 0 128k' "$TEST_DIR/d.qcow2" >/dev/null
+    printf '\x01' | dd of="$TEST_DIR/d.qcow2" bs=1 seek=79 conv=notrunc status=none
+    qemu-img info --output=json "$TEST_DIR/d.qcow2" | grep -q '"dirty-flag": true'
+    "$DISKIMG" amend -o lazy_refcounts=off "$TEST_DIR/d.qcow2"
+    qemu-img info --output=json "$TEST_DIR/d.qcow2" >"$TEST_DIR/d.json"
+    grep -q '"dirty-flag": false' "$TEST_DIR/d.json"
+    grep -q '"lazy-refcounts": false' "$TEST_DIR/d.json"
+    qemu-img check -q "$TEST_DIR/d.qcow2"
     # --image-opts
     "$DISKIMG" amend --image-opts -o refcount_bits=4 \
         "driver=qcow2,file.filename=$TEST_DIR/base.qcow2"
@@ -238,7 +259,6 @@ crash_each() {
         "$TEST_DIR/c.qcow2" >/dev/null
     crash_each "$TEST_DIR/c.qcow2" refcount_bits=64
     qemu-img info "$TEST_DIR/crash.qcow2" | grep -q 'refcount bits: 64'
-    crash_each "$TEST_DIR/c.qcow2" refcount_bits=2
     # zero clusters shared with the snapshot are replaced, and their old
     # references dropped after the new L2 entries: a kill in between leaks
     crash_each "$TEST_DIR/c.qcow2" compat=0.10 leaks
