@@ -342,6 +342,13 @@ int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);
 const struct blk_info_field *blk_info_find(const struct blk_image_info *info, const char *key);
 void blk_image_info_free(struct blk_image_info *info);
 
+/* Internal snapshots (qemu-img snapshot -c/-a/-d): create one named
+ * name, apply (make the image read as) the one whose id or else name is
+ * name, delete the first one named name.  -ENOTSUP when the format has
+ * none, -ENOENT when no snapshot matches; the list is blk_image_get_info's. */
+enum blk_snapshot_op { BLK_SNAPSHOT_CREATE, BLK_SNAPSHOT_APPLY, BLK_SNAPSHOT_DELETE };
+int blk_image_snapshot(struct blk_image *img, enum blk_snapshot_op op, const char *name);
+
 /* Load the image's persistent dirty bitmap name (qcow2) into memory;
  * free it with blk_bitmap_free (block/bitmap.h). */
 struct blk_bitmap;

@@ -180,6 +180,8 @@ struct blk_driver {
     int (*get_info)(struct blk_node *n, struct blk_image_info *info);
     /* Load persistent dirty bitmap name into memory (formats). */
     int (*load_bitmap)(struct blk_node *n, const char *name, struct blk_bitmap **out);
+    /* Internal snapshots (block.h's blk_image_snapshot); NULL: none. */
+    int (*snapshot)(struct blk_node *n, enum blk_snapshot_op op, const char *name);
     /* Host bytes the node uses (protocols). */
     int64_t (*allocated_size)(struct blk_node *n);
     /* Format a newly created (empty) protocol node. */

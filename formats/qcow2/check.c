@@ -691,3 +691,25 @@ int qcow2_repair_refcounts(struct qcow2_state *s)
 
     return qcow2_check(s->node, BLK_REPAIR_ALL, NULL, &res);
 }
+
+int qcow2_count_references_locked(struct qcow2_state *s, uint64_t n_clusters, uint32_t **counts,
+                                  uint64_t *problems)
+{
+    struct blk_check_result res = {0};
+    struct check_ctx c = {.s = s, .res = &res};
+    int r;
+
+    c.refs.n = n_clusters;
+    c.refs.count = calloc(n_clusters ? n_clusters : 1, sizeof *c.refs.count);
+    if (!c.refs.count) {
+        return err_set(ENOMEM, "qcow2: reference counts of %" PRIu64 " clusters", n_clusters);
+    }
+    r = count_references(&c);
+    if (r < 0) {
+        free(c.refs.count);
+        return r;
+    }
+    *counts = c.refs.count;
+    *problems = res.corruptions + res.check_errors;
+    return 0;
+}

@@ -431,6 +431,7 @@ static const struct blk_driver qcow2_driver = {
     .make_empty = qcow2_make_empty,
     .get_info = qcow2_get_info,
     .load_bitmap = qcow2_load_bitmap,
+    .snapshot = qcow2_snapshot_op,
     .create = qcow2_create,
     .create_check = qcow2_create_check,
     .create_help = QCOW2_CREATE_HELP,

@@ -24,6 +24,7 @@
  *   info.c       what `info` shows
  *   open.c       reading the metadata at open; building the metadata map
  *   check.c      consistency check and repair
+ *   snapshot-write.c  creating, applying and deleting internal snapshots
  *   create.c     creating an image
  *   refcount-rewrite.c  changing the refcount width (amend)
  *   downgrade.c  undoing what v2 cannot hold (amend compat=0.10)
@@ -428,6 +429,15 @@ void qcow2_compressed_range(const struct qcow2_state *s, uint64_t l2_entry, uint
 int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *report,
                 struct blk_check_result *res);
 int qcow2_repair_refcounts(struct qcow2_state *s);
+/* References to each of the first n_clusters clusters (saturating), the
+ * refcount structures left out, for the image as s describes it (header
+ * L1 fields, s->snapshots, the snapshot table, bitmaps); *counts is
+ * malloc'd.  *problems: corruptions met on the way. */
+int qcow2_count_references_locked(struct qcow2_state *s, uint64_t n_clusters, uint32_t **counts,
+                                  uint64_t *problems);
+
+/* snapshot-write.c: the driver's snapshot op. */
+int qcow2_snapshot_op(struct blk_node *n, enum blk_snapshot_op op, const char *name);
 
 /* bitmap.c */
 int qcow2_read_bitmaps(struct qcow2_state *s);
