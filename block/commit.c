@@ -61,6 +61,24 @@ static int commit_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *buf, 
     return 0;
 }
 
+/* Grow the base from len to size.  Where a backing file of the base
+ * reaches past len, the new range must read as zeroes, as it did through
+ * the top (zeroes past the end of the base), not as that backing file:
+ * zero it, as qemu's truncate does. */
+static int grow_base(struct commit *c, uint64_t len, uint64_t size)
+{
+    int64_t below = c->base->backing ? blk_get_length(c->base->backing) : 0;
+    int r = blk_truncate(c->base, size);
+
+    if (r == 0 && below > (int64_t)len) {
+        r = blk_pwrite_zeroes(c->base, len, MIN((uint64_t)below, size) - len, c->flags);
+    }
+    if (r < 0) {
+        err_prefix("growing %s to %llu bytes", c->base->filename, (unsigned long long)size);
+    }
+    return r;
+}
+
 int blk_commit_data(struct blk_image *img, unsigned base_depth, const struct blk_chain_opts *o)
 {
     struct commit c = {.img = img, .base_depth = base_depth};
@@ -88,8 +106,7 @@ int blk_commit_data(struct blk_image *img, unsigned base_depth, const struct blk
     if (base_len < 0) {
         return (int)base_len;
     }
-    if ((uint64_t)base_len < size && (r = blk_truncate(c.base, size)) < 0) {
-        err_prefix("growing %s to %llu bytes", c.base->filename, (unsigned long long)size);
+    if ((uint64_t)base_len < size && (r = grow_base(&c, (uint64_t)base_len, size)) < 0) {
         return r;
     }
     r = blk_chain_run(size, CHUNK, commit_chunk, &c, o);

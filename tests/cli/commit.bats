@@ -107,6 +107,18 @@ same_chains() {
     [[ $(stat -c %s s.raw) -eq 3145728 ]]
     cmp s.raw big.raw
     qemu-img compare -F raw big.qcow2 big.raw
+    # A shorter base that has a longer backing file of its own: the range
+    # it grows by reads as zeroes (as through the top before), not as
+    # that backing file.
+    qemu-img create -q -f raw g-base.raw 3M
+    qemu-io -f raw -c 'write -P 0x73 0 3M' g-base.raw >/dev/null
+    qemu-img create -q -f qcow2 -b g-base.raw -F raw g-mid.qcow2 1M
+    qemu-img create -q -f qcow2 -b g-mid.qcow2 -F qcow2 g-top.qcow2 3M
+    qemu-io -f qcow2 -c 'write -P 0x72 2M 64k' g-top.qcow2 >/dev/null
+    qemu-img convert -O raw g-top.qcow2 g.raw
+    "$DISKIMG" commit -q g-top.qcow2
+    qemu-img compare -F raw g-top.qcow2 g.raw
+    qemu-img compare -F raw g-mid.qcow2 g.raw
 }
 
 @test "commit: bad input fails with one line and leaves the images unchanged" {
@@ -167,4 +179,35 @@ same_chains() {
     "$DISKIMG" commit -q o.qcow2
     qemu-img compare -F raw o.qcow2 view.raw
     qemu-img compare -F raw b.qcow2 view.raw
+}
+
+@test "rebase and commit: qcow2 v2, extended L2, 512-byte clusters, compressed, with a snapshot" {
+    local o
+    qemu-img create -q -f qcow2 vb.qcow2 8M
+    qemu-io -f qcow2 -c 'write -P 1 0 3M' -c 'write -P 2 5M 100k' vb.qcow2 >/dev/null
+    qemu-img create -q -f raw vn.raw 8M
+    qemu-io -f raw -c 'write -P 1 0 1M' -c 'write -P 9 4M 1M' vn.raw >/dev/null
+    for o in compat=0.10 extended_l2=on cluster_size=512; do
+        rm -f vo.qcow2 b.qcow2
+        cp vb.qcow2 b.qcow2
+        qemu-img create -q -f qcow2 -o "$o" -b b.qcow2 -F qcow2 vo.qcow2
+        qemu-io -f qcow2 -c 'write -P 3 1000k 1M' -c 'write -c -P 4 6M 64k' \
+            -c 'write -P 5 4095k 3k' vo.qcow2 >/dev/null
+        qemu-img snapshot -c s1 vo.qcow2
+        qemu-io -f qcow2 -c 'write -P 6 7M 64k' vo.qcow2 >/dev/null
+        qemu-img convert -O raw vo.qcow2 view.raw
+        cp vo.qcow2 vo.orig
+        "$DISKIMG" rebase -b vn.raw -F raw vo.qcow2
+        qemu-img compare -F raw vo.qcow2 view.raw
+        qemu-img check -q vo.qcow2
+        cp vo.orig vo.qcow2
+        "$DISKIMG" commit -q vo.qcow2
+        qemu-img compare -F raw vo.qcow2 view.raw
+        qemu-img compare -F raw b.qcow2 view.raw
+        qemu-img check -q vo.qcow2
+        # The snapshot keeps what it held.
+        qemu-img snapshot -a s1 vo.qcow2
+        qemu-io -f qcow2 -r -c 'read -P 3 1000k 1M' vo.qcow2 | grep -q 'read 1048576/1048576'
+        qemu-img check -q vo.qcow2
+    done
 }
