@@ -1,6 +1,7 @@
 /* formats/qcow2/chain.c: the metadata side of rebase and commit:
- * recording another backing file in the header, and dropping every
- * cluster so that the image reads through to its backing file.  The data
+ * recording another backing file in the header, dropping every cluster
+ * so that the image reads through to its backing file, and zeroing what
+ * growing the image (commit's base) would show of its backing file.  The data
  * that keeps the guest view (rebase's differences, commit's copy into the
  * base) is moved by block/rebase.c and block/commit.c before these run.
  *
@@ -136,5 +137,54 @@ int qcow2_make_empty(struct blk_node *n)
         r = qcow2_flush_caches_locked(s);
     }
     pthread_mutex_unlock(&s->lock);
+    return r < 0 ? r : blk_flush(s->file);
+}
+
+/* Make the slice's entries for guest [from, to) (within one slice) read
+ * as zeroes; entries that hold a host cluster are left alone. */
+static int zero_tail_slice_locked(struct qcow2_state *s, uint64_t from, uint64_t to)
+{
+    uint64_t *slice, bitmap;
+    unsigned idx;
+    int r = qcow2_get_l2_slice_locked(s, from, true, &slice, &idx);
+
+    if (r < 0) {
+        return r;
+    }
+    for (uint64_t g = from; g < to; g += s->cluster_size, idx++) {
+        uint64_t old = qcow2_l2_get(s, slice, idx, &bitmap);
+        if (old & (L2E_OFFSET_MASK | QCOW_OFLAG_COMPRESSED)) {
+            continue;
+        }
+        if (s->extended_l2) {
+            qcow2_l2_set(s, slice, idx, 0, QCOW_ZERO_MASK);
+        } else {
+            qcow2_l2_set(s, slice, idx, QCOW_OFLAG_ZERO, 0);
+        }
+    }
+    qcow2_cache_mark_dirty_locked(s->l2_cache, slice);
+    qcow2_cache_put_locked(s->l2_cache, slice);
+    return 0;
+}
+
+int qcow2_zero_grown_locked(struct qcow2_state *s, uint64_t old, uint64_t new)
+{
+    int64_t below = s->backing ? blk_get_length(s->backing) : 0;
+    uint64_t span = (uint64_t)s->l2_slice_entries << s->cluster_bits;
+    uint64_t end;
+    int r = 0;
+
+    if (below <= (int64_t)old || s->hdr.version < 3 || old % s->cluster_size) {
+        return 0; /* nothing shows through, or the caller zeroes afterwards */
+    }
+    end = ROUND_UP(MIN(new, (uint64_t)below), s->cluster_size);
+    for (uint64_t g = old; r == 0 && g < end;) {
+        uint64_t to = MIN(ROUND_DOWN(g, span) + span, end);
+        r = zero_tail_slice_locked(s, g, to);
+        g = to;
+    }
+    if (r == 0) {
+        r = qcow2_flush_caches_locked(s);
+    }
     return r < 0 ? r : blk_flush(s->file);
 }

@@ -172,6 +172,9 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     } else if (need > s->l1_size) {
         r = qcow2_grow_l1_locked(s, (uint32_t)need);
     }
+    if (r == 0 && len > s->hdr.size) {
+        r = qcow2_zero_grown_locked(s, s->hdr.size, len);
+    }
     if (r == 0) {
         uint64_t old = s->hdr.size;
         s->hdr.size = len;

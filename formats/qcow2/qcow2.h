@@ -20,7 +20,8 @@
  *   backing.c    opening the backing file
  *   read.c       guest reads, and the copy-on-write read
  *   alloc.c      allocating writes, copy-on-write, zeroing and discard
- *   chain.c      rebase and commit: a new backing file name, emptying
+ *   chain.c      rebase and commit: a new backing file name, emptying,
+ *                zeroing what growing would show of the backing file
  *   info.c       what `info` shows
  *   open.c       reading the metadata at open; building the metadata map
  *   check.c      consistency check and repair
@@ -332,6 +333,12 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
 /* chain.c: the driver's change_backing and make_empty. */
 int qcow2_change_backing(struct blk_node *n, const char *file, const char *format);
 int qcow2_make_empty(struct blk_node *n);
+/* Growing from old to new bytes: where the backing file reaches past
+ * old, make the new range read as zeroes, durably, before the header
+ * grows (as qemu's truncate zero-fills it), so that a crash never shows
+ * the backing file there.  v2 images and sizes that end inside a cluster
+ * are left to the caller. */
+int qcow2_zero_grown_locked(struct qcow2_state *s, uint64_t old, uint64_t new);
 
 /* Map every cluster of the image to a host cluster (create -o
  * preallocation): metadata only, or also fallocate the data (falloc), or

@@ -75,7 +75,7 @@ same_as_qemu() {
     # What mid held and top did not (its zeroes at 2M) is now in the
     # overlay, and nothing else: 16 clusters of top's and that one.
     [[ $(amap d.qcow2 | grep -c ' 0$') -eq 17 ]]
-    qemu-io -f qcow2 -r -c 'read -P 0 2M 64k' d.qcow2 | grep -q 'read 65536/65536' 
+    qemu-io -f qcow2 -r -c 'read -P 0 2M 64k' d.qcow2 >/dev/null
     # A relative name is taken from the overlay's directory.
     mkdir sub
     cp top.qcow2 sub/t.qcow2
