@@ -49,7 +49,9 @@ int blk_pread_salvage(struct blk_image *img, uint64_t off, void *buf, uint64_t l
  * qcow2's uncompressed clusters), the target must be a window of a file
  * (raw), both plain files the kernel can copy between (copy_file_range).
  * -ENOTSUP (no message) when they are not: the caller reads and writes
- * instead. */
+ * instead, now and for the rest of the copy; 1 when only a part of this
+ * range is not (compressed, or in a backing file): the caller reads and
+ * writes this range. */
 int blk_copy_range(struct blk_image *src, struct blk_image *dst, uint64_t off, uint64_t len);
 
 #endif

@@ -47,7 +47,8 @@ static int map_target(struct blk_image *dst, uint64_t off, uint64_t len, struct 
 
 /* The next piece of the source's range: its top image's file and the
  * offset there, from block status (data stored as it is, not compressed,
- * not in a backing file or an external data file). */
+ * not in a backing file or an external data file).  1 when this piece
+ * is not stored so (a compressed cluster): others may be. */
 static int map_source(struct blk_image *src, uint64_t off, uint64_t len, struct blk_node **file,
                       uint64_t *file_off, uint64_t *pnum)
 {
@@ -65,7 +66,7 @@ static int map_source(struct blk_image *src, uint64_t off, uint64_t len, struct 
     }
     if (!(ext.flags & BLK_EXT_OFFSET) || (ext.flags & BLK_EXT_INFLATE) || ext.layer != 0 ||
         !ext.filename || strcmp(ext.filename, root->file->filename) != 0 || ext.length == 0) {
-        return -ENOTSUP;
+        return 1;
     }
     *file = root->file;
     *file_off = ext.offset;
@@ -85,7 +86,7 @@ int blk_copy_range(struct blk_image *src, struct blk_image *dst, uint64_t off, u
             r = file_copy_range(sfile, soff, dfile, doff + done, n);
         }
     }
-    if (r == 0 || r != -ENOTSUP) {
+    if (r == 0 || (r < 0 && r != -ENOTSUP)) {
         /* Even a part written must reach the disk at the next flush. */
         struct blk_node *root = blk_image_root(dst);
         for (struct blk_node *w = root; w; w = w->file) {

@@ -382,17 +382,21 @@ static int read_claim(struct copy *c, const struct claim *cl, struct worker_bufs
 }
 
 /* -C: copy a data claim without reading it here.  1: it cannot be
- * offloaded (and no later claim will try): read and write it. */
+ * offloaded (and, unless only its source data is stored otherwise, no
+ * later claim will try): read and write it. */
 static int offload_claim(struct copy *c, const struct claim *cl)
 {
-    blk_rate_wait(&c->rate, cl->len, c->o->cancel);
     int r = blk_copy_range(c->src, c->dst, cl->start, cl->len);
     if (r == -ENOTSUP) {
         atomic_store(&c->offload, false);
         return 1;
     }
+    if (r == 1) {
+        return 1;
+    }
     if (r == 0) {
         atomic_fetch_add(&c->offloaded, cl->len);
+        blk_rate_wait(&c->rate, cl->len, c->o->cancel); /* (paces the next write) */
     }
     return r;
 }
