@@ -54,7 +54,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     int r;
 
     if (opts->temp_overlay) {
-        o.read_only = true; /* writes stop at the overlay */
+        o.read_only = true; /* writes stop at the overlay (if writable at all) */
     }
     if (!o.read_only) {
         o.perms.perm |= BLK_PERM_WRITE;
@@ -77,9 +77,9 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
                               : -EPROTONOSUPPORT;
     }
     r = blk_open_stack(&root, &o, proto->name, opts->format);
-    if (r == 0 && opts->temp_overlay) {
+    if (r == 0 && opts->temp_overlay && !opts->read_only) {
         r = blk_overlay_open(&root, root);
-        o.read_only = r < 0 || opts->read_only;
+        o.read_only = false; /* the overlay takes the writes */
     }
     if (r < 0) {
         return r;
