@@ -9,7 +9,7 @@
  * lazy refcounts, size, downgrade.  Each step is crash-safe on its own:
  * new metadata is written and synced before the header points at it.
  *
- * Order (qcow2.h): above refcount-rewrite.c; below qcow2.c, whose resize
+ * Order (qcow2.h): above upgrade.c; below qcow2.c, whose resize
  * it reaches through the node's vtable. */
 #include <errno.h>
 #include <inttypes.h>
@@ -162,33 +162,6 @@ static bool str_differs(const char *a, const char *b)
     return (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
 }
 
-/* Snapshots of a v2 image that lack the v3 extra data (VM state size,
- * disk size) would need their table rewritten on upgrade. */
-static int snapshots_have_v3_extra(struct qcow2_state *s, bool *ok)
-{
-    CLEANUP_FREE uint8_t *buf = NULL;
-    uint64_t pos = 0;
-    int r;
-
-    *ok = true;
-    if (!s->n_snapshots) {
-        return 0;
-    }
-    buf = malloc(s->snapshots_bytes);
-    if (!buf) {
-        return err_set(ENOMEM, "qcow2: snapshot table");
-    }
-    r = blk_pread(s->file, s->hdr.snapshots_offset, buf, s->snapshots_bytes);
-    for (uint32_t i = 0; r == 0 && i < s->n_snapshots; i++) {
-        /* read at open: every entry lies inside the table */
-        uint32_t extra = qcow2_rd32(buf + pos + 36);
-        *ok = *ok && extra >= 16;
-        pos += ROUND_UP(
-            40 + (uint64_t)extra + qcow2_rd16(buf + pos + 12) + qcow2_rd16(buf + pos + 14), 8);
-    }
-    return r;
-}
-
 /* The refusals of a downgrade to v2, in qemu's order, for the image as it
  * will be by then. */
 static int check_downgrade(struct qcow2_state *s, const struct amend_req *q)
@@ -228,21 +201,10 @@ static int check_downgrade(struct qcow2_state *s, const struct amend_req *q)
 /* Every refusal, before anything is written. */
 static int check_request(struct qcow2_state *s, struct amend_req *q)
 {
-    bool ok;
     int r = check_values(s, q);
 
     if (r < 0) {
         return r;
-    }
-    if (q->version > s->hdr.version) {
-        r = snapshots_have_v3_extra(s, &ok);
-        if (r < 0) {
-            return r;
-        }
-        if (!ok) {
-            return err_setx(ENOTSUP, "qcow2: upgrading a snapshot table without v3 extra data "
-                                     "is not supported (use qemu-img amend)");
-        }
     }
     if (q->refcount_bits != s->refcount_bits) {
         if (q->version < 3 && q->refcount_bits != 16) {
@@ -277,19 +239,6 @@ static int check_request(struct qcow2_state *s, struct amend_req *q)
         return check_downgrade(s, q);
     }
     return 0;
-}
-
-static int set_version_locked(struct qcow2_state *s, uint32_t version)
-{
-    struct qcow2_header old = s->hdr;
-    int r;
-
-    s->hdr.version = version;
-    r = qcow2_commit_header_locked(s);
-    if (r < 0) {
-        s->hdr = old;
-    }
-    return r;
 }
 
 static int set_lazy_locked(struct qcow2_state *s, bool on)
@@ -365,7 +314,7 @@ static int run_steps(struct blk_node *n, struct qcow2_state *s, struct amend_req
         r = check_request(s, q);
     }
     if (r == 0 && q->version > s->hdr.version) {
-        r = set_version_locked(s, q->version);
+        r = qcow2_upgrade_locked(s);
     }
     if (r == 0 && q->refcount_bits != s->refcount_bits) {
         r = qcow2_change_refcount_order_locked(s, (uint32_t)__builtin_ctzll(q->refcount_bits), p);

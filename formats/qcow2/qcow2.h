@@ -29,6 +29,7 @@
  *   create.c     creating an image
  *   refcount-rewrite.c  changing the refcount width (amend)
  *   downgrade.c  undoing what v2 cannot hold (amend compat=0.10)
+ *   upgrade.c    v2 to v3 (amend compat=1.1): the snapshot table's extra data
  *   amend.c      amend -o: checks, then the steps in qemu's order
  *   qcow2.c      the driver: vtable, open, close, flush, block status, resize
  *
@@ -400,6 +401,10 @@ int qcow2_expand_zero_clusters_locked(struct qcow2_state *s, struct amend_progre
 int qcow2_collect_bitmap_clusters_locked(struct qcow2_state *s, struct qcow2_free_list *fl);
 /* Forget the bitmaps and drop their extension from s->hdr (in memory). */
 void qcow2_drop_bitmaps_locked(struct qcow2_state *s);
+
+/* upgrade.c: make a v2 image v3, rewriting a snapshot table that lacks
+ * v3's extra data. */
+int qcow2_upgrade_locked(struct qcow2_state *s);
 
 /* amend.c: the driver's amend op. */
 int qcow2_amend(struct blk_node *n, const char *options, bool force,

@@ -181,8 +181,13 @@ static int write_new_refs(struct qcow2_state *s, const struct new_refs *nr,
     CLEANUP_FREE uint64_t *disk = malloc(nr->table_clusters * cs);
     int r = 0;
 
+    uint64_t nblocks = 0, done = 0;
+
     if (!block || !disk) {
         return err_set(ENOMEM, "qcow2: new refcount structure");
+    }
+    for (uint64_t b = 0; b < entries; b++) {
+        nblocks += nr->table[b] != 0;
     }
     for (uint64_t b = 0; r == 0 && b < entries; b++) {
         if (!nr->table[b]) {
@@ -193,7 +198,7 @@ static int write_new_refs(struct qcow2_state *s, const struct new_refs *nr,
             qcow2_refblock_set(block, nr->order, k - b * per_block, nr->counts[k]);
         }
         r = blk_pwrite(s->file, nr->table[b], block, cs, 0);
-        amend_progress(p, b + 1, entries + 1);
+        amend_progress(p, ++done, nblocks + 1);
     }
     for (uint64_t i = 0; i < entries; i++) {
         disk[i] = htobe64(nr->table[i]);
