@@ -11,7 +11,6 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
-#include "progress.h"
 
 static void amend_usage(FILE *f)
 {
@@ -100,6 +99,29 @@ static int print_help(const char *format, struct blk_image_opts *o, bool have_im
         blk_image_close(img);
     }
     return help ? EXIT_OK : EXIT_ERROR;
+}
+
+/* -p: qemu-img's "    (42.00/100%)" line, on stderr, redrawn when the
+ * hundredth of a percent changes.  No rate: the work is metadata. */
+struct amend_progress_line {
+    bool on;
+    long last; /* hundredths of a percent drawn, -1: none */
+};
+
+static void progress_draw(struct amend_progress_line *p, long hundredths)
+{
+    if (p->on && hundredths != p->last) {
+        fprintf(stderr, "    (%ld.%02ld/100%%)\r", hundredths / 100, hundredths % 100);
+        fflush(stderr);
+        p->last = hundredths;
+    }
+}
+
+static void progress_cb(void *opaque, uint64_t done, uint64_t total)
+{
+    if (total) {
+        progress_draw(opaque, (long)((double)MIN(done, total) * 10000.0 / (double)total));
+    }
 }
 
 static bool has_help(const char *options)
@@ -228,20 +250,22 @@ static int amend_run(int argc, char **argv)
         cmd_print_open_error(r, false);
         return cmd_status(r, EXIT_ERROR);
     }
-    struct cmd_progress prog;
-    cmd_progress_start(&prog, progress && !quiet, false);
-    r = blk_image_amend(img, options, force, cmd_progress_cb, &prog);
+    struct amend_progress_line prog = {.on = progress && !quiet, .last = -1};
+    progress_draw(&prog, 0);
+    r = blk_image_amend(img, options, force, progress_cb, &prog);
     int r2 = blk_image_close(img);
     if (r == 0) {
         r = r2;
     }
+    if (prog.on) {
+        if (r == 0) {
+            progress_draw(&prog, 10000);
+        }
+        fputc('\n', stderr);
+    }
     if (r < 0) {
-        cmd_progress_abort(&prog);
         cmd_print_error(r);
         return EXIT_ERROR;
-    }
-    if (progress && !quiet) {
-        cmd_progress_finish(&prog, 1);
     }
     return EXIT_OK;
 }

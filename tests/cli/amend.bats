@@ -4,8 +4,9 @@
 # qemu-img check, read the same (qemu-img compare, snapshots included)
 # and show the same qemu-img info --output=json.  Refusals: qemu-img's
 # message and exit 1, the image byte for byte as it was.  Then a crash
-# test: the refcount_bits rewrite (never a leak) and the downgrade (leaks
-# at worst) killed (SIGKILL) before each of their file changes in turn.
+# test: the refcount_bits rewrite (never a leak), the downgrade and the
+# upgrade (leaks at worst) killed (SIGKILL) before each of their file
+# changes in turn.
 
 load '../helpers'
 bats_require_minimum_version 1.5.0
@@ -72,12 +73,44 @@ snapshot_reads() {
     [[ $(od -An -tx1 -j72 -N8 "$TEST_DIR/ours.qcow2" | tr -d ' ') == 0000000000000000 ]]
 }
 
+# strip_snapshot_extra FILE: rewrite a v2 image's snapshot table without
+# extra data, as qemu before 4.2 wrote it.
+strip_snapshot_extra() {
+    "$PYTHON3" - "$1" <<'PY'
+import struct, sys
+f = open(sys.argv[1], 'r+b')
+nb, off = struct.unpack('>IQ', f.read(72)[60:72])
+f.seek(off)
+buf = f.read(1 << 16)
+pos, out = 0, b''
+for i in range(nb):
+    e = buf[pos:pos + 40]
+    idl, nml = struct.unpack('>HH', e[12:16])
+    extra = struct.unpack('>I', e[36:40])[0]
+    names = buf[pos + 40 + extra:pos + 40 + extra + idl + nml]
+    ne = e[:36] + struct.pack('>I', 0) + names
+    out += ne + b'\0' * (-len(ne) % 8)
+    pos += (40 + extra + idl + nml + 7) // 8 * 8
+f.seek(off)
+f.write(out + b'\0' * (pos - len(out)))
+PY
+}
+
 @test "amend qcow2 v2 and 8-bit refcounts: upgrade, and downgrade back" {
     rich "$TEST_DIR/v2.qcow2" -o compat=0.10
     for opts in compat=1.1 compat=v3,lazy_refcounts=on,refcount_bits=4 compat=1.1,size=16M; do
         same_as_qemu "$TEST_DIR/v2.qcow2" "$opts"
     done
     snapshot_reads "$TEST_DIR/ours.qcow2"
+    # snapshots as qemu before 4.2 wrote them in v2 images: no extra data;
+    # v3 needs 16 bytes of it, so the table is rewritten
+    strip_snapshot_extra "$TEST_DIR/v2.qcow2"
+    qemu-img check -q "$TEST_DIR/v2.qcow2"
+    same_as_qemu "$TEST_DIR/v2.qcow2" compat=1.1
+    snapshot_reads "$TEST_DIR/ours.qcow2"
+    # -p draws qemu-img's progress line, ending at 100%
+    run --separate-stderr "$DISKIMG" amend -p -o refcount_bits=32 "$TEST_DIR/ours.qcow2"
+    [[ $status -eq 0 && "$stderr" == *"(100.00/100%)"* ]]
     rich "$TEST_DIR/r8.qcow2" -o refcount_bits=8,cluster_size=4k
     same_as_qemu "$TEST_DIR/r8.qcow2" compat=0.10,refcount_bits=16
     snapshot_reads "$TEST_DIR/ours.qcow2"
@@ -245,17 +278,18 @@ crash_each() {
         [[ $n -lt 400 ]]
     done
     [[ $n -gt 5 ]] # the kills did land inside the work
+    echo "# $opts: $n runs" >&3
 }
 
-@test "amend crash safety: refcount_bits rewrite and downgrade killed at every step" {
+@test "amend crash safety: refcount rewrite, downgrade, upgrade killed at every step" {
     [[ -n "${DISKIMG_KILL_AFTER_LIB:-}" && -f "$DISKIMG_KILL_AFTER_LIB" ]] || skip "no kill-after shim"
     diskimg_under_asan && skip "LD_PRELOAD under ASan"
     # small clusters: many refcount blocks and L2 tables to write
     qemu-img create -q -f qcow2 -o cluster_size=512 "$TEST_DIR/c.qcow2" 8M
-    qemu-io -f qcow2 -c 'write -P 1 0 192k' -c 'write -z 64k 8k' -c 'write -z -u 1M 64k' \
+    qemu-io -f qcow2 -c 'write -P 1 0 192k' -c 'write -z 64k 2k' -c 'write -z -u 1M 64k' \
         "$TEST_DIR/c.qcow2" >/dev/null
     qemu-img snapshot -c s1 "$TEST_DIR/c.qcow2"
-    qemu-io -f qcow2 -c 'write -P 2 128k 16k' -c 'write -z 160k 8k' -c 'write -z 4M 4k' \
+    qemu-io -f qcow2 -c 'write -P 2 128k 16k' -c 'write -z 160k 1k' -c 'write -z 4M 1k' \
         "$TEST_DIR/c.qcow2" >/dev/null
     crash_each "$TEST_DIR/c.qcow2" refcount_bits=64
     qemu-img info "$TEST_DIR/crash.qcow2" | grep -q 'refcount bits: 64'
@@ -263,4 +297,9 @@ crash_each() {
     # references dropped after the new L2 entries: a kill in between leaks
     crash_each "$TEST_DIR/c.qcow2" compat=0.10 leaks
     qemu-img info "$TEST_DIR/crash.qcow2" | grep -q 'compat: 0.10'
+    # the upgrade that rewrites the snapshot table: leaks at worst
+    cp "$TEST_DIR/crash.qcow2" "$TEST_DIR/c2.qcow2"
+    strip_snapshot_extra "$TEST_DIR/c2.qcow2"
+    crash_each "$TEST_DIR/c2.qcow2" compat=1.1 leaks
+    qemu-img info "$TEST_DIR/crash.qcow2" | grep -q 'compat: 1.1'
 }
