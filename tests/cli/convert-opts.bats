@@ -143,6 +143,19 @@ MAP
     [[ -z "$stderr" ]]
     qemu-img compare -f raw -F qcow2 "$TEST_DIR/q.raw" "$TEST_DIR/d.qcow2"
     qemu-img check "$TEST_DIR/d.qcow2"
+    # A block status that fails: a warning per sector, read as data.
+    # (qemu-img asks twice, counting then copying, and warns twice.)
+    truncate -s 8k "$TEST_DIR/e.raw"
+    echo hello | dd of="$TEST_DIR/e.raw" conv=notrunc status=none
+    start_nbdkit "$TEST_DIR/e.sock" --filter=error file "$TEST_DIR/e.raw" \
+        error-extents=EIO error-extents-rate=100%
+    u="nbd+unix:///?socket=$TEST_DIR/e.sock"
+    "$DISKIMG" convert --salvage -f raw -O raw "$u" "$TEST_DIR/e2.raw" 2>"$TEST_DIR/ours"
+    qemu-img convert --salvage -f raw -O raw "$u" "$TEST_DIR/e3.raw" 2>"$TEST_DIR/theirs"
+    diff <(sed 's/^diskimg: //' "$TEST_DIR/ours") <(sed 's/^qemu-img: //' "$TEST_DIR/theirs" | sort -u -t' ' -k9n)
+    [[ $(wc -l <"$TEST_DIR/ours") -eq 16 ]]
+    cmp "$TEST_DIR/e.raw" "$TEST_DIR/e2.raw"
+    cmp "$TEST_DIR/e3.raw" "$TEST_DIR/e2.raw"
 }
 
 @test "convert -B: vmdk targets get a parent as qemu-img's; other formats refuse as it does" {
