@@ -1,7 +1,7 @@
 /* block/overlay.c: the throw-away overlay of serve -s (qemu-nbd -s).
  *
  * The image below is opened read-only and is never written.  Writes go to
- * a sparse temporary file as large as the image, in blocks of
+ * a sparse temporary file at their own offsets, in blocks of
  * OVERLAY_BLOCK bytes: a bitmap in memory says which blocks the overlay
  * holds, and a read takes each block from the overlay or from the image.
  * A write that covers part of a block the overlay does not hold yet
@@ -77,7 +77,7 @@ static int tmp_pread(struct blk_node *n, void *buf, uint64_t len, uint64_t off)
             return err_set(errno, "%s: reading the overlay", n->filename);
         }
         if (r == 0) {
-            memset((uint8_t *)buf + done, 0, len - done); /* (the file is as long as the image) */
+            memset((uint8_t *)buf + done, 0, len - done); /* past the end: not written yet */
             break;
         }
         done += (uint64_t)r;
@@ -327,13 +327,11 @@ static int overlay_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (!s->held) {
         return err_set(ENOMEM, "%s: overlay bitmap", n->filename);
     }
-    /* (a failed open is not closed: undo here) */
+    /* The file grows as blocks are written: reads past its end are
+     * zeroes, and it is never sized up front, which would fail for an
+     * image larger than the file system's largest file even if the
+     * client writes little.  (A failed open is not closed: undo here.) */
     s->fd = overlay_tmpfile(n->filename);
-    if (s->fd >= 0 && ftruncate(s->fd, (off_t)s->size) < 0) {
-        int r = err_set(errno, "%s: sizing the overlay", n->filename);
-        close(s->fd);
-        s->fd = r;
-    }
     if (s->fd < 0) {
         free(s->held);
         return s->fd;
