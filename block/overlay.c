@@ -130,11 +130,15 @@ static int cow_block_locked(struct blk_node *n, uint64_t b)
 {
     struct overlay *s = n->opaque;
     uint64_t start = b * OVERLAY_BLOCK, len = MIN((uint64_t)OVERLAY_BLOCK, s->size - start);
-    uint8_t buf[OVERLAY_BLOCK];
+    CLEANUP_FREE uint8_t *buf = NULL;
     int r;
 
     if (held(s, b)) {
         return 0;
+    }
+    buf = malloc(OVERLAY_BLOCK); /* (not on a worker's small stack) */
+    if (!buf) {
+        return err_set(ENOMEM, "%s: overlay block", n->filename);
     }
     r = blk_pread(n->file, start, buf, len);
     if (r == 0) {
