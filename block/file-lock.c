@@ -135,12 +135,15 @@ static void unlock_extra(struct lock_file *f, unsigned perm, unsigned unshared)
 }
 
 /* Against the users of this process: their locks share our open file
- * description, so the kernel cannot tell. */
+ * description, so the kernel cannot tell.  Users pass over holds (the
+ * command that holds the file opens it itself), but a new hold is checked
+ * against the users: create must not empty a file this command reads, such
+ * as the source's backing file. */
 static int check_process(const struct lock_file *f, const struct blk_file_lock *self,
-                         const struct blk_perms *p, bool hold, const char *name)
+                         const struct blk_perms *p, const char *name)
 {
     for (const struct blk_file_lock *u = f->users; u; u = u->next) {
-        if (u == self || u->hold || hold) {
+        if (u == self || u->hold) {
             continue;
         }
         unsigned want = p->perm & ~u->p.shared_here, refuse = u->p.perm & ~p->shared_here;
@@ -185,13 +188,13 @@ static int check_others(const struct lock_file *f, unsigned perm, unsigned share
 /* Give user 'self' (NULL: a new one) perm and shared: on success the bytes
  * are what the users need; on failure what they needed before. */
 static int set_perms(struct lock_file *f, const struct blk_file_lock *self,
-                     const struct blk_perms *p, bool hold, const char *name)
+                     const struct blk_perms *p, const char *name)
 {
     unsigned others_perm, others_unshared, unshared = ~p->shared & BLK_PERM_ALL;
     int r;
 
     users_need(f, self, &others_perm, &others_unshared);
-    r = check_process(f, self, p, hold, name);
+    r = check_process(f, self, p, name);
     if (r == 0) {
         r = lock_bytes(f, others_perm | p->perm, others_unshared | unshared, name);
     }
@@ -276,7 +279,7 @@ int blk_file_lock_acquire(struct blk_file_lock **out, int fd, const char *filena
         r = err_set(ENOMEM, "%s: locking", name);
         goto fail;
     }
-    r = set_perms(f, NULL, p, hold, name);
+    r = set_perms(f, NULL, p, name);
     if (r < 0) {
         table_drop_if_unused(f);
         goto fail;
@@ -304,7 +307,7 @@ int blk_file_lock_update(struct blk_file_lock *l, const struct blk_perms *p)
 
     pthread_mutex_lock(&table_mutex);
     if (memcmp(p, &l->p, sizeof *p) != 0) {
-        r = set_perms(l->file, l, p, l->hold, l->name);
+        r = set_perms(l->file, l, p, l->name);
         if (r == 0) {
             l->p = *p;
         }

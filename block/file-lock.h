@@ -28,8 +28,10 @@ struct blk_file_lock;
  * other users of this process what is not in p->shared_here), on the
  * file open as fd (which may be closed afterwards: the lock keeps its
  * own descriptor).  A 'hold' keeps other processes out but not the users
- * of this process (create keeps one while it formats the file it made,
- * and convert while it opens that file again).  -EBUSY with a message
+ * of this process that come after it (create keeps one while it formats
+ * the file it made, and convert while it opens that file again); users
+ * already there are checked, so a hold is refused on a file this command
+ * reads.  -EBUSY with a message
  * naming filename when another process, or another user here,
  * conflicts. */
 int blk_file_lock_acquire(struct blk_file_lock **out, int fd, const char *filename,
