@@ -476,6 +476,24 @@ int blk_create(const struct blk_create_opts *o, char **summary);
 /* Help text for -o help, or NULL if the format has no options. */
 const char *blk_create_options_help(const char *format);
 
+/* ---- Measuring (qemu-img measure; block/measure.c) ---- */
+
+/* The file size a new image needs, as qemu-img measure prints it. */
+struct blk_measure {
+    uint64_t required;        /* holding the source's data (or nothing) */
+    uint64_t fully_allocated; /* with every cluster of the disk allocated */
+    bool has_bitmaps;         /* the source's persistent bitmaps could be copied */
+    uint64_t bitmaps;         /* what they need on top of 'required' */
+};
+/* Measure an image of o->format created with o->options: a disk of
+ * o->size bytes (src NULL) or one holding src's content (o->size unused).
+ * -ENOTSUP with qemu-img's message for a format that cannot measure. */
+int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out);
+/* Bytes in the cluster_size-aligned clusters of img that hold data, down
+ * its backing chain; ranges that read as zeroes do not count (for a
+ * format's measure). */
+int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64_t *bytes);
+
 /* ---- Consistency check (qemu-img check) ---- */
 
 enum blk_repair { BLK_REPAIR_NONE, BLK_REPAIR_LEAKS, BLK_REPAIR_ALL };

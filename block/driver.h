@@ -189,6 +189,9 @@ struct blk_driver {
     const char *create_help; /* text for -o help */
     /* Reject bad creation options before any file is touched (no I/O). */
     int (*create_check)(const struct blk_create_opts *o);
+    /* qemu-img measure for this format (blk_measure in block.h); NULL:
+     * the format cannot measure, as in qemu. */
+    int (*measure)(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out);
     /* Reproducible output: rewrite every ID the image stores (UUIDs,
      * GUIDs, CIDs) as uuid_derive(seed, label) with the labels create
      * uses, checksums included, and anything else whose bytes depend on

@@ -406,6 +406,22 @@ static int raw_create(struct blk_node *file, const struct blk_create_opts *o, ch
     return 0;
 }
 
+/* measure: a raw image is as large as its disk, allocated or not; the
+ * disk is the source's size or the size asked for, in whole sectors as
+ * qemu counts them. */
+static int raw_measure(const struct blk_create_opts *o, struct blk_image *src,
+                       struct blk_measure *m)
+{
+    int r = raw_create_check(o);
+
+    if (r < 0) {
+        return r;
+    }
+    m->required = ROUND_UP(src ? blk_image_size(src) : o->size, 512);
+    m->fully_allocated = m->required;
+    return 0;
+}
+
 static const struct blk_driver raw_driver = {
     .name = "raw",
     .is_format = true,
@@ -425,6 +441,7 @@ static const struct blk_driver raw_driver = {
     .truncate = raw_truncate,
     .create = raw_create,
     .create_check = raw_create_check,
+    .measure = raw_measure,
     .create_help = "Supported options:\n"
                    "  size=<size>             Virtual disk size\n"
                    "  preallocation=<mode>    off (default), falloc, full\n",

@@ -437,3 +437,22 @@ int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **
     free_create_opts(&c);
     return r;
 }
+
+int qcow2_create_params(const struct blk_create_opts *o, struct qcow2_create_params *p)
+{
+    struct create_opts c;
+    int r = parse_create_opts(o, &c);
+
+    if (r == 0) {
+        *p = (struct qcow2_create_params){
+            .version = c.version,
+            .cluster_size = c.cluster_size,
+            .refcount_bits = c.refcount_bits,
+            .extended_l2 = c.extended_l2,
+            .prealloc_data = c.prealloc == PREALLOC_FALLOC || c.prealloc == PREALLOC_FULL,
+            .backing = c.backing_file != NULL,
+        };
+    }
+    free_create_opts(&c);
+    return r;
+}

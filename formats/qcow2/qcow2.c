@@ -437,6 +437,7 @@ static const struct blk_driver qcow2_driver = {
     .snapshot = qcow2_snapshot_op,
     .create = qcow2_create,
     .create_check = qcow2_create_check,
+    .measure = qcow2_measure,
     .create_help = QCOW2_CREATE_HELP,
     .amend = qcow2_amend,
     .amend_help = QCOW2_AMEND_HELP,

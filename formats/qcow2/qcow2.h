@@ -31,6 +31,7 @@
  *   downgrade.c  undoing what v2 cannot hold (amend compat=0.10)
  *   upgrade.c    v2 to v3 (amend compat=1.1): the snapshot table's extra data
  *   amend.c      amend -o: checks, then the steps in qemu's order
+ *   measure.c    what an image would need (qemu-img measure)
  *   qcow2.c      the driver: vtable, open, close, flush, block status, resize
  *
  * Locking: s->lock guards all metadata (L1, caches, refcounts, the
@@ -357,6 +358,19 @@ int qcow2_build_metadata_map_locked(struct qcow2_state *s);
 /* create.c */
 int qcow2_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int qcow2_create_check(const struct blk_create_opts *o);
+/* What -o says of a new image's layout, after create's own parsing and
+ * checks of each value (for measure). */
+struct qcow2_create_params {
+    int version; /* 2 or 3 */
+    uint64_t cluster_size;
+    uint64_t refcount_bits;
+    bool extended_l2;
+    bool prealloc_data; /* falloc or full: every data cluster allocated */
+    bool backing;       /* -o backing_file */
+};
+int qcow2_create_params(const struct blk_create_opts *o, struct qcow2_create_params *p);
+/* measure.c: the driver's measure. */
+int qcow2_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out);
 #define QCOW2_CREATE_HELP                                                                          \
     "Supported options:\n"                                                                         \
     "  backing_file=<file>      File name of a base image\n"                                       \

@@ -1,0 +1,69 @@
+/* block/measure.c: the generic part of "measure", as qemu-img has it:
+ * finding the output format and handing the question to its driver's
+ * measure op (each format knows its own overhead), plus the one thing
+ * every format's answer needs from a source image, how many of its
+ * clusters hold data.
+ *
+ * Not for: option parsing or printing (cmd/measure.c), nor any format's
+ * arithmetic (formats/). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/util.h"
+#include "driver.h"
+
+int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out)
+{
+    const struct blk_driver *drv = blk_find_driver(o->format);
+
+    *out = (struct blk_measure){0};
+    if (!drv || !drv->is_format) {
+        return err_setx(EINVAL, "Unknown file format '%s'", o->format);
+    }
+    if (!drv->measure) {
+        return err_setx(ENOTSUP, "Block driver '%s' does not support size measurement", drv->name);
+    }
+    return drv->measure(o, src, out);
+}
+
+int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64_t *bytes)
+{
+    uint64_t size = blk_image_size(img);
+    uint64_t total = 0;
+
+    *bytes = 0;
+    if (cluster_size == 0 || (cluster_size & (cluster_size - 1)) != 0) {
+        return err_setx(EINVAL, "measure: cluster size %" PRIu64 " is not a power of two",
+                        cluster_size);
+    }
+    for (uint64_t off = 0; off < size;) {
+        struct blk_extent e;
+        int r = blk_image_block_status(img, off, size - off, &e);
+
+        if (r < 0) {
+            return r;
+        }
+        if (e.length == 0 || e.length > size - off) {
+            return err_setx(EIO, "%s: block status returned a bad length at offset %" PRIu64,
+                            blk_node_filename(blk_image_root(img)), off);
+        }
+        if ((e.flags & BLK_EXT_ZERO) || !(e.flags & BLK_EXT_DATA)) {
+            off += e.length;
+            continue;
+        }
+        /* Every cluster the data touches counts once: the next look
+         * starts after the last cluster counted. */
+        uint64_t first = off & ~(cluster_size - 1);
+        uint64_t end = off + e.length;
+        uint64_t last = end > UINT64_MAX - cluster_size ? UINT64_MAX & ~(cluster_size - 1)
+                                                        : ROUND_UP(end, cluster_size);
+        total += last - first;
+        off = last;
+    }
+    *bytes = total;
+    return 0;
+}
