@@ -476,7 +476,7 @@ int blk_create(const struct blk_create_opts *o, char **summary);
 /* Help text for -o help, or NULL if the format has no options. */
 const char *blk_create_options_help(const char *format);
 
-/* ---- Measuring (qemu-img measure; block/measure.c) ---- */
+/* ---- Measuring and dd (qemu-img measure, dd; block/measure.c) ---- */
 
 /* The file size a new image needs, as qemu-img measure prints it. */
 struct blk_measure {
@@ -493,6 +493,11 @@ int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct b
  * its backing chain; ranges that read as zeroes do not count (for a
  * format's measure). */
 int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64_t *bytes);
+/* Copy src's bytes [off, off + len) to dst at 0, in order (dd).  Ranges
+ * that read as zeroes are skipped when dst_zero says dst reads as zeroes
+ * there, else written as zeroes. */
+int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_image *dst,
+                bool dst_zero);
 
 /* ---- Consistency check (qemu-img check) ---- */
 

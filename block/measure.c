@@ -1,11 +1,12 @@
-/* block/measure.c: the generic part of "measure", as qemu-img has it:
- * finding the output format and handing the question to its driver's
- * measure op (each format knows its own overhead), plus the one thing
- * every format's answer needs from a source image, how many of its
- * clusters hold data.
+/* block/measure.c: the generic part of "measure" and "dd", as qemu-img
+ * has them.  measure: finding the output format and handing the question
+ * to its driver's measure op (each format knows its own overhead), plus
+ * the one thing every format's answer needs from a source image, how many
+ * of its clusters hold data.  dd: copying a window of one image into
+ * another, in order.
  *
- * Not for: option parsing or printing (cmd/measure.c), nor any format's
- * arithmetic (formats/). */
+ * Not for: option parsing or printing (cmd/measure.c, cmd/dd.c), nor any
+ * format's arithmetic (formats/). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -65,5 +66,50 @@ int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64
         off = last;
     }
     *bytes = total;
+    return 0;
+}
+
+/* dd reads and writes this much at a time: bs is only a unit of count
+ * and skip, as in qemu-img, and the result is the same bytes. */
+#define COPY_RANGE_CHUNK (1u << 20)
+
+int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_image *dst,
+                bool dst_zero)
+{
+    CLEANUP_FREE void *buf = NULL;
+    int r;
+
+    if (len == 0) {
+        return 0;
+    }
+    if (posix_memalign(&buf, 4096, COPY_RANGE_CHUNK) != 0) {
+        return err_setx(ENOMEM, "dd: no memory for a %u-byte buffer", COPY_RANGE_CHUNK);
+    }
+    for (uint64_t pos = 0; pos < len;) {
+        struct blk_extent e;
+        uint64_t n = MIN(len - pos, (uint64_t)COPY_RANGE_CHUNK);
+
+        r = blk_image_block_status(src, off + pos, n, &e);
+        if (r < 0) {
+            return r;
+        }
+        if (e.length == 0 || e.length > n) {
+            return err_setx(EIO, "%s: block status returned a bad length at offset %" PRIu64,
+                            blk_node_filename(blk_image_root(src)), off + pos);
+        }
+        n = e.length;
+        if (e.flags & BLK_EXT_ZERO) {
+            r = dst_zero ? 0 : blk_image_pwrite_zeroes(dst, pos, n, 0);
+        } else {
+            r = blk_image_pread(src, off + pos, buf, n);
+            if (r == 0) {
+                r = blk_image_pwrite(dst, pos, buf, n, 0);
+            }
+        }
+        if (r < 0) {
+            return r;
+        }
+        pos += n;
+    }
     return 0;
 }
