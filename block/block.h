@@ -354,6 +354,28 @@ int blk_image_snapshot(struct blk_image *img, enum blk_snapshot_op op, const cha
 struct blk_bitmap;
 int blk_image_load_bitmap(struct blk_image *img, const char *name, struct blk_bitmap **out);
 
+/* One change to an image's persistent bitmaps (qemu-img bitmap).  The
+ * messages say why an operation is refused, as qemu-img's do. */
+enum blk_bitmap_op_kind {
+    BLK_BITMAP_ADD,
+    BLK_BITMAP_REMOVE,
+    BLK_BITMAP_CLEAR,
+    BLK_BITMAP_ENABLE,
+    BLK_BITMAP_DISABLE,
+    BLK_BITMAP_MERGE,
+};
+struct blk_bitmap_op {
+    enum blk_bitmap_op_kind kind;
+    const char *name;
+    uint32_t granularity;            /* ADD: bytes per bit; 0: the format's default */
+    bool disabled;                   /* ADD: do not record writes */
+    const struct blk_bitmap *source; /* MERGE: its dirty bits are added to name's */
+};
+/* Apply op and make it durable (-ENOTSUP for a format without bitmaps). */
+int blk_image_bitmap_change(struct blk_image *img, const struct blk_bitmap_op *op);
+/* Can images of this format store persistent bitmaps? */
+bool blk_format_has_bitmaps(const char *format);
+
 /* ---- Copying (convert) ---- */
 
 struct blk_copy_opts {

@@ -182,6 +182,10 @@ struct blk_driver {
     int (*load_bitmap)(struct blk_node *n, const char *name, struct blk_bitmap **out);
     /* Internal snapshots (block.h's blk_image_snapshot); NULL: none. */
     int (*snapshot)(struct blk_node *n, enum blk_snapshot_op op, const char *name);
+    /* Change the persistent bitmaps (formats): one operation, durable
+     * when it returns (block.h, struct blk_bitmap_op).  NULL: the format
+     * stores none. */
+    int (*bitmap_change)(struct blk_node *n, const struct blk_bitmap_op *op);
     /* Host bytes the node uses (protocols). */
     int64_t (*allocated_size)(struct blk_node *n);
     /* Format a newly created (empty) protocol node. */

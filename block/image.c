@@ -297,6 +297,20 @@ int blk_image_load_bitmap(struct blk_image *img, const char *name, struct blk_bi
     return n->drv->load_bitmap(n, name, out);
 }
 
+int blk_image_bitmap_change(struct blk_image *img, const struct blk_bitmap_op *op)
+{
+    struct blk_node *n = img->root;
+
+    if (!n->drv->bitmap_change) {
+        return err_setx(ENOTSUP, "%s: the %s format cannot store persistent bitmaps", n->filename,
+                        n->drv->name);
+    }
+    if (img->read_only) {
+        return err_setx(EROFS, "%s is opened read-only", n->filename);
+    }
+    return n->drv->bitmap_change(n, op);
+}
+
 int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,
                     struct blk_check_result *res)
 {

@@ -45,6 +45,13 @@ bool blk_format_can_compress(const char *format)
     return drv && drv->is_format && drv->compress && drv->pwrite_compressed;
 }
 
+bool blk_format_has_bitmaps(const char *format)
+{
+    const struct blk_driver *drv = format ? blk_find_driver(format) : NULL;
+
+    return drv && drv->is_format && drv->bitmap_change;
+}
+
 /* Length of the scheme of a URL ("http" in "http://h/x"), or 0 when
  * filename does not start like one (RFC 3986: a letter, then letters,
  * digits, '+', '-' or '.', then "://"). */

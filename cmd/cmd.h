@@ -46,6 +46,7 @@ extern const struct cmd cmd_commit;
 extern const struct cmd cmd_snapshot;
 extern const struct cmd cmd_measure;
 extern const struct cmd cmd_dd;
+extern const struct cmd cmd_bitmap;
 
 /* "diskimg SUBCOMMAND: message" to stderr, then returns EXIT_USAGE. */
 int cmd_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

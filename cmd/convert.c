@@ -23,6 +23,7 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "convert-bitmaps.h"
 #include "progress.h"
 #include "target.h"
 #include "common/error.h"
@@ -43,7 +44,8 @@ static void convert_usage(FILE *f)
             "                       [-r RATE] [--salvage] [-B BACKING [-F FMT]]\n"
             "                       [-l SNAPSHOT] [--target-is-zero]\n"
             "                       [--progress=human|json] [--checksum] [--reproducible]\n"
-            "                       [--target=NAME] SRC DST\n"
+            "                       [--target=NAME] [--bitmaps [--skip-broken-bitmaps]]\n"
+            "                       SRC DST\n"
             "\n"
             "Copy image SRC into DST.  Either may be a file or an NBD URI\n"
             "(nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH).  Holes and zeroes\n"
@@ -77,6 +79,8 @@ static void convert_usage(FILE *f)
             "  -l SNAPSHOT       copy an internal snapshot of SRC\n"
             "  -U, --force-share read SRC even while another process writes it\n"
             "      --target-is-zero   DST reads as zeroes already (with -n)\n"
+            "      --bitmaps     copy SRC's persistent bitmaps (qcow2 to qcow2);\n"
+            "      --skip-broken-bitmaps   but skip in-use ones instead of failing\n"
             "  -p                progress on stderr (percent, rate, time left)\n"
             "      --progress=json    progress as JSON lines on stderr, for CI logs\n"
             "      --checksum    print the checksum of DST's content (diskimg-checksum(1)),\n"
@@ -124,6 +128,9 @@ struct convert_opts {
     bool format_given;  /* -O */
     bool sparse_given;  /* -S */
     uint64_t offloaded; /* -C: bytes the kernel copied */
+
+    /* --bitmaps, --skip-broken-bitmaps (convert-bitmaps.c) */
+    bool bitmaps, skip_broken_bitmaps;
     struct target_choice choice;
 };
 
@@ -174,12 +181,15 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         OPT_SALVAGE,
         OPT_DEBUG
     };
+    enum { OPT_BITMAPS = 0x300, OPT_SKIP_BROKEN };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"checksum", no_argument, NULL, OPT_CHECKSUM},
         {"target", required_argument, NULL, OPT_TARGET},
+        {"bitmaps", no_argument, NULL, OPT_BITMAPS},
+        {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {"force-share", no_argument, NULL, 'U'},
         {"salvage", no_argument, NULL, OPT_SALVAGE},
         {"debug", required_argument, NULL, OPT_DEBUG},
@@ -294,6 +304,12 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case OPT_TARGET:
             o->target = optarg;
             break;
+        case OPT_BITMAPS:
+            o->bitmaps = true;
+            break;
+        case OPT_SKIP_BROKEN:
+            o->skip_broken_bitmaps = true;
+            break;
         case OPT_PROGRESS:
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "human") != 0) {
                 return cmd_usage_error("convert", "--progress takes human or json");
@@ -352,6 +368,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         o->dst.format = o->create.format; /* -O, raw by default, as qemu-img: never probed */
     }
     const char *existing = nbd_target ? "an NBD export" : "an existing target (-n)";
+    if (o->skip_broken_bitmaps && !o->bitmaps) {
+        return cmd_usage_error("convert", "Use of --skip-broken-bitmaps requires --bitmaps");
+    }
     if (o->copy.target_is_zero && o->create_target) {
         return cmd_usage_error("convert", "--target-is-zero needs -n");
     }
@@ -452,6 +471,20 @@ static int convert_run(int argc, char **argv)
     if (r < 0) {
         goto out;
     }
+    if (o.bitmaps) {
+        status = convert_bitmaps_check(src,
+                                       write_out         ? NULL
+                                       : o.create_target ? o.create.format
+                                                         : o.dst.format,
+                                       o.skip_broken_bitmaps);
+        if (status) {
+            blk_image_close(src);
+            free(o.options);
+            target_choice_free(&o.choice);
+            return status;
+        }
+        status = EXIT_ERROR;
+    }
     o.create.size = blk_image_size(src);
     if (o.target) {
         r = target_size(&o.choice, o.create.size, o.quiet, &o.create.size);
@@ -512,6 +545,9 @@ static int convert_run(int argc, char **argv)
         r = write_out(o.choice.profile, src, o.dst.filename, o.create.size, &copy, &o.create);
     } else {
         r = blk_copy(src, dst, &copy);
+        if (r == 0 && o.bitmaps) {
+            r = convert_bitmaps_copy(src, dst);
+        }
         if (r == 0 && identity) {
             r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
         }

@@ -11,9 +11,9 @@
 #include "common/log.h"
 
 static const struct cmd *const commands[] = {
-    &cmd_serve,   &cmd_create,   &cmd_info,     &cmd_check, &cmd_map,   &cmd_resize,
-    &cmd_convert, &cmd_compare,  &cmd_checksum, &cmd_bench, &cmd_amend, &cmd_rebase,
-    &cmd_commit,  &cmd_snapshot, &cmd_measure,  &cmd_dd,
+    &cmd_serve,   &cmd_create,   &cmd_info,     &cmd_check, &cmd_map,    &cmd_resize,
+    &cmd_convert, &cmd_compare,  &cmd_checksum, &cmd_bench, &cmd_amend,  &cmd_rebase,
+    &cmd_commit,  &cmd_snapshot, &cmd_measure,  &cmd_dd,    &cmd_bitmap,
 };
 
 int cmd_usage_error(const char *sub, const char *fmt, ...)

@@ -186,21 +186,15 @@ static int serve_listen(struct nbd_server *srv, const struct serve_opts *o)
     return nbd_server_listen_tcp(srv, o->bind_addr, o->port ? o->port : port);
 }
 
-/* Load the bitmaps an export offers.  An enabled bitmap on a writable
- * export would go stale with the first write, since we record none. */
+/* Load the bitmaps an export offers.  An enabled bitmap of a writable
+ * image is the live one the format keeps up to date: the export shows
+ * the writes of this session too, as qemu-nbd's does. */
 static int serve_load_bitmaps(const struct serve_export *e, struct blk_bitmap **bms)
 {
     for (unsigned i = 0; i < e->n_bitmaps; i++) {
         int r = blk_image_load_bitmap(e->opened, e->bitmaps[i], &bms[i]);
         if (r < 0) {
             return r;
-        }
-        if (bms[i]->enabled && !e->img.read_only) {
-            return err_setx(EINVAL,
-                            "%s: bitmap '%s' is enabled and the export is writable: diskimg "
-                            "records no writes in bitmaps; export it with -r (read-only=on) "
-                            "or disable it (qemu-img bitmap --disable)",
-                            e->img.filename, e->bitmaps[i]);
         }
     }
     return 0;

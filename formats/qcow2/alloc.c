@@ -201,7 +201,7 @@ int qcow2_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int
     int r = 0;
 
     (void)flags; /* no native FUA: the generic layer flushes after us */
-    r = qcow2_bitmaps_before_write(s);
+    r = qcow2_bitmaps_before_write(s, off, len);
     if (r < 0) {
         return r;
     }
@@ -386,7 +386,7 @@ static int zero_or_discard(struct qcow2_state *s, uint64_t off, uint64_t len, bo
 {
     uint64_t cs = s->cluster_size;
     struct qcow2_alloc a;
-    int r = qcow2_bitmaps_before_write(s);
+    int r = qcow2_bitmaps_before_write(s, off, len);
 
     if (r < 0) {
         return r;
@@ -421,6 +421,9 @@ int qcow2_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned
         pthread_mutex_lock(&s->lock);
         r = reads_as_zero_locked(s, off, len, &zero);
         pthread_mutex_unlock(&s->lock);
+        if (r == 0 && zero) {
+            r = qcow2_bitmaps_before_write(s, off, len); /* a write, for bitmaps (as qemu) */
+        }
         return r < 0 ? r : zero ? 0 : -ENOTSUP;
     }
     return zero_or_discard(s, off, len, flags & BLK_REQ_MAY_UNMAP);
@@ -435,9 +438,14 @@ int qcow2_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags
 
     (void)flags; /* no native FUA: the generic layer flushes after us */
     if (end <= start) {
-        return 0; /* discard is advisory: partial units are left alone */
+        /* Discard is advisory: partial units are left alone, but bitmaps
+         * count the whole request as a write, as qemu's do. */
+        return qcow2_bitmaps_before_write(s, off, len);
     }
-    r = zero_or_discard(s, start, end - start, true);
+    r = off < start || off + len > end ? qcow2_bitmaps_before_write(s, off, len) : 0;
+    if (r == 0) {
+        r = zero_or_discard(s, start, end - start, true);
+    }
     return r == -ENOTSUP ? 0 : r;
 }
 
@@ -548,7 +556,7 @@ int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, 
     if ((off & (cs - 1)) || clen == 0 || clen >= cs) {
         return err_setx(EINVAL, "qcow2: a compressed write is one cluster, compressed");
     }
-    r = qcow2_bitmaps_before_write(s);
+    r = qcow2_bitmaps_before_write(s, off, cs);
     if (r < 0) {
         return r;
     }

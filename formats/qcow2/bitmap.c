@@ -1,15 +1,19 @@
-/* formats/qcow2/bitmap.c: persistent dirty bitmaps (the bitmaps extension).
+/* formats/qcow2/bitmap.c: persistent dirty bitmaps (the bitmaps extension):
+ * reading them, and recording guest writes in the enabled ones.
  *
- * We read bitmaps; we never record writes in them.  So that an image we
- * write never carries a bitmap that looks valid but misses our writes, the
- * first guest write after opening for writing sets the in_use flag of
- * every enabled ("auto") bitmap, durably, before it goes ahead (an image
- * opened for writing but never written keeps its bitmaps): qemu then reports those
- * bitmaps as inconsistent, keeps their clusters referenced (qemu-img check
- * stays clean) and lets the user remove them.  Disabled bitmaps stay valid,
- * since writes do not change them by definition.  An extension we cannot
- * parse is dropped the way the spec allows a program that lacks bitmap
- * support: by clearing autoclear bit 0 (see open_read_write in qcow2.c).
+ * Opening for writing loads every enabled ("auto") bitmap that is
+ * consistent into memory ("tracked").  The first guest write after that
+ * sets the in_use flag of every enabled bitmap, durably, before it goes
+ * ahead (as qemu does at open; an image opened for writing but never
+ * written keeps its bitmaps byte for byte), and every write, zeroing and
+ * discard sets the bits it covers in the tracked ones.  A clean close
+ * writes them back and clears in_use (bitmap-store.c); a crash leaves them
+ * in use, which qemu reports as inconsistent while qemu-img check stays
+ * clean.  An enabled bitmap that cannot be loaded is only marked in use.
+ * Disabled bitmaps stay valid, since writes do not change them by
+ * definition.  An extension we cannot parse is dropped the way the spec
+ * allows a program that lacks bitmap support: by clearing autoclear bit 0
+ * (see open_read_write in qcow2.c).
  *
  * Every field is bounded as qemu bounds it before it is used: directory
  * at most 64 MiB, at most 65535 bitmaps, names of 1 to 1023 bytes,
@@ -28,20 +32,20 @@
 #include "common/log.h"
 #include "qcow2.h"
 
-#define BME_FIXED 24
-#define BME_MAX_BITMAPS 65535
-#define BME_MAX_DIR_SIZE (64u << 20)
-#define BME_MAX_NAME 1023
+#define BME_FIXED QCOW2_BME_FIXED
+#define BME_MAX_BITMAPS QCOW2_BME_MAX_BITMAPS
+#define BME_MAX_DIR_SIZE QCOW2_BME_MAX_DIR_SIZE
+#define BME_MAX_NAME QCOW2_BME_MAX_NAME
 #define BME_MAX_TABLE_SIZE 0x8000000u
-#define BME_MAX_PHYS_SIZE (512ull << 20)
-#define BME_MIN_GRAN_BITS 9
-#define BME_MAX_GRAN_BITS 31
+#define BME_MAX_PHYS_SIZE QCOW2_BME_MAX_PHYS_SIZE
+#define BME_MIN_GRAN_BITS QCOW2_BME_MIN_GRAN_BITS
+#define BME_MAX_GRAN_BITS QCOW2_BME_MAX_GRAN_BITS
 #define BME_TYPE_DIRTY_TRACKING 1
 #define BME_TABLE_RESERVED 0xff000000000001feull
 #define BME_TABLE_ALL_ONES 1ull
 
 /* Bytes of bitmap data for the virtual size at this granularity. */
-static uint64_t bitmap_data_bytes(uint64_t size, uint32_t gran_bits)
+uint64_t qcow2_bitmap_data_bytes(uint64_t size, uint32_t gran_bits)
 {
     uint64_t bits = (size >> gran_bits) + ((size & ((1ull << gran_bits) - 1)) != 0);
 
@@ -52,6 +56,8 @@ void qcow2_free_bitmaps(struct qcow2_state *s)
 {
     for (uint32_t i = 0; i < s->n_bitmaps; i++) {
         free(s->bitmaps[i].name);
+        free(s->bitmaps[i].extra);
+        blk_bitmap_free(s->bitmaps[i].mem);
     }
     free(s->bitmaps);
     s->bitmaps = NULL;
@@ -95,7 +101,13 @@ static int parse_entry(struct qcow2_state *s, const uint8_t *e, uint64_t left,
                         bm->table_offset);
     }
     bm->name = strndup((const char *)e + BME_FIXED + extra, name_len);
-    if (!bm->name) {
+    bm->extra = extra ? malloc(extra) : NULL;
+    if (bm->extra) {
+        memcpy(bm->extra, e + BME_FIXED, extra);
+    }
+    if (!bm->name || (extra && !bm->extra)) {
+        free(bm->name);
+        free(bm->extra);
         return err_set(ENOMEM, "bitmap name");
     }
     *entry_len = len;
@@ -126,6 +138,7 @@ static int parse_directory(struct qcow2_state *s, const uint8_t *dir, uint64_t s
             if (strcmp(s->bitmaps[i].name, s->bitmaps[s->n_bitmaps].name) == 0) {
                 CLEANUP_FREE char *esc = str_escape(s->bitmaps[i].name);
                 free(s->bitmaps[s->n_bitmaps].name);
+                free(s->bitmaps[s->n_bitmaps].extra);
                 return err_setx(EINVAL, "two bitmaps are named '%s'", esc ? esc : "?");
             }
         }
@@ -216,11 +229,28 @@ bool qcow2_bitmaps_open_rw(struct qcow2_state *s)
     if (s->bitmaps_invalid || !(s->hdr.autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
         return false;
     }
+    pthread_mutex_lock(&s->lock);
     for (uint32_t i = 0; i < s->n_bitmaps; i++) {
-        if (needs_marking(&s->bitmaps[i])) {
-            atomic_store(&s->bitmaps_unmarked, true);
+        struct qcow2_bitmap *bm = &s->bitmaps[i];
+        uint64_t bytes;
+
+        if (!needs_marking(bm)) {
+            continue;
         }
+        atomic_store(&s->bitmaps_unmarked, true);
+        const char *why = qcow2_bitmap_unusable(s, bm, &bytes);
+        if (!why && qcow2_bitmap_load_mem_locked(s, bm) == 0) {
+            bm->tracked = true;
+            bm->mem->enabled = true;
+            continue;
+        }
+        /* Marked in use at the first write, and left so. */
+        CLEANUP_FREE char *esc = str_escape(bm->name);
+        log_warn("qcow2: %s: bitmap '%s' cannot be kept up to date: %s", s->node->filename,
+                 esc ? esc : "?", why ? why : err_msg());
+        err_clear();
     }
+    pthread_mutex_unlock(&s->lock);
     return true;
 }
 
@@ -242,38 +272,47 @@ static int mark_in_use_locked(struct qcow2_state *s)
             return r;
         }
         bm->flags |= QCOW2_BME_IN_USE;
+        bm->stale = bm->tracked; /* written back at close */
     }
     /* Durable before the guest write that follows can be. */
     return blk_flush(s->file);
 }
 
-int qcow2_bitmaps_before_write(struct qcow2_state *s)
+int qcow2_bitmaps_before_write(struct qcow2_state *s, uint64_t off, uint64_t len)
 {
     int r = 0;
 
-    if (!atomic_load(&s->bitmaps_unmarked)) {
-        return 0;
-    }
-    pthread_mutex_lock(&s->lock);
     if (atomic_load(&s->bitmaps_unmarked)) {
-        r = mark_in_use_locked(s);
-        if (r < 0) {
-            /* Then no bitmap may claim to be consistent at all. */
-            log_error("qcow2: %s: marking bitmaps in use: %s", s->node->filename, err_msg());
-            s->hdr.autoclear_features &= ~QCOW2_AUTOCLEAR_BITMAPS;
-            r = qcow2_commit_header_locked(s);
+        pthread_mutex_lock(&s->lock);
+        if (atomic_load(&s->bitmaps_unmarked)) {
+            r = mark_in_use_locked(s);
+            if (r < 0) {
+                /* Then no bitmap may claim to be consistent at all. */
+                log_error("qcow2: %s: marking bitmaps in use: %s", s->node->filename, err_msg());
+                s->hdr.autoclear_features &= ~QCOW2_AUTOCLEAR_BITMAPS;
+                for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+                    s->bitmaps[i].tracked = s->bitmaps[i].stale = false;
+                }
+                r = qcow2_commit_header_locked(s);
+            }
+            if (r == 0) {
+                atomic_store(&s->bitmaps_unmarked, false);
+            }
         }
-        if (r == 0) {
-            atomic_store(&s->bitmaps_unmarked, false);
+        pthread_mutex_unlock(&s->lock);
+    }
+    /* The list and the tracked flags change only with no I/O running
+     * (open, an operation of qemu-img bitmap, close). */
+    for (uint32_t i = 0; r == 0 && i < s->n_bitmaps; i++) {
+        if (s->bitmaps[i].tracked) {
+            blk_bitmap_set_range(s->bitmaps[i].mem, off, len);
         }
     }
-    pthread_mutex_unlock(&s->lock);
     return r;
 }
 
-/* Why bitmap bm cannot be exported, or NULL. */
-static const char *unusable(const struct qcow2_state *s, const struct qcow2_bitmap *bm,
-                            uint64_t *bytes)
+const char *qcow2_bitmap_unusable(const struct qcow2_state *s, const struct qcow2_bitmap *bm,
+                                  uint64_t *bytes)
 {
     if (bm->flags & QCOW2_BME_IN_USE) {
         return "is in use (not saved cleanly: it may miss writes)";
@@ -287,7 +326,7 @@ static const char *unusable(const struct qcow2_state *s, const struct qcow2_bitm
     if (bm->extra_data_size && !(bm->flags & QCOW2_BME_EXTRA_DATA_COMPATIBLE)) {
         return "has extra data we do not understand";
     }
-    *bytes = bitmap_data_bytes(qcow2_virtual_size(s), bm->granularity_bits);
+    *bytes = qcow2_bitmap_data_bytes(qcow2_virtual_size(s), bm->granularity_bits);
     if (*bytes > BME_MAX_PHYS_SIZE) {
         return "is larger than 512 MiB";
     }
@@ -328,23 +367,58 @@ static int read_bitmap_data(struct qcow2_state *s, const struct qcow2_bitmap *bm
     return r;
 }
 
+struct qcow2_bitmap *qcow2_find_bitmap(struct qcow2_state *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        if (strcmp(s->bitmaps[i].name, name) == 0) {
+            return &s->bitmaps[i];
+        }
+    }
+    return NULL;
+}
+
+int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm)
+{
+    struct blk_bitmap *b;
+    uint64_t bytes = 0;
+    const char *why;
+    int r;
+
+    if (bm->mem) {
+        return 0;
+    }
+    why = qcow2_bitmap_unusable(s, bm, &bytes);
+    if (why) {
+        return err_setx(EINVAL, "%s: bitmap '%s' %s", s->node->filename, bm->name, why);
+    }
+    b = blk_bitmap_new(bm->name, qcow2_virtual_size(s), 1u << bm->granularity_bits);
+    if (!b) {
+        return -ENOMEM;
+    }
+    b->enabled = bm->flags & QCOW2_BME_AUTO;
+    r = read_bitmap_data(s, bm, b->bits, bytes);
+    if (r < 0) {
+        blk_bitmap_free(b);
+        err_prefix("%s: bitmap '%s'", s->node->filename, bm->name);
+        return r;
+    }
+    if (b->nbits % 8) {
+        b->bits[bytes - 1] &= (uint8_t)((1u << (b->nbits % 8)) - 1); /* tail bits must be zero */
+    }
+    bm->mem = b;
+    return 0;
+}
+
 int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **out)
 {
     struct qcow2_state *s = n->opaque;
-    const struct qcow2_bitmap *bm = NULL;
-    struct blk_bitmap *b;
-    const char *why;
-    uint64_t bytes = 0;
-    int r;
+    struct qcow2_bitmap *bm;
+    int r = 0;
 
     if (s->bitmaps_invalid) {
         return err_setx(EINVAL, "%s", s->bitmaps_error ? s->bitmaps_error : "invalid bitmaps");
     }
-    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
-        if (strcmp(s->bitmaps[i].name, name) == 0) {
-            bm = &s->bitmaps[i];
-        }
-    }
+    bm = qcow2_find_bitmap(s, name);
     if (!bm) {
         return err_setx(ENOENT, "%s: no bitmap named '%s'", n->filename, name);
     }
@@ -352,30 +426,22 @@ int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **
         return err_setx(EINVAL, "%s: bitmap '%s' describes the active image, not a snapshot",
                         n->filename, name);
     }
-    why = unusable(s, bm, &bytes);
-    if (why) {
-        return err_setx(EINVAL, "%s: bitmap '%s' %s", n->filename, name, why);
+    pthread_mutex_lock(&s->lock);
+    if (bm->tracked) {
+        /* The live bitmap: an export sees the writes of its own session. */
+        *out = blk_bitmap_ref(bm->mem);
+    } else if (bm->mem && bm->stale) {
+        r = err_setx(EBUSY, "%s: bitmap '%s' is being changed", n->filename, name);
+    } else {
+        struct blk_bitmap *keep = steal_ptr(&bm->mem);
+        r = qcow2_bitmap_load_mem_locked(s, bm);
+        if (r == 0) {
+            *out = steal_ptr(&bm->mem);
+        }
+        bm->mem = keep;
     }
-    b = calloc(1, sizeof *b);
-    if (!b || !(b->name = strdup(name)) || !(b->bits = malloc(bytes ? bytes : 1))) {
-        blk_bitmap_free(b);
-        return err_set(ENOMEM, "bitmap '%s'", name);
-    }
-    b->size = qcow2_virtual_size(s);
-    b->granularity = 1u << bm->granularity_bits;
-    b->enabled = bm->flags & QCOW2_BME_AUTO;
-    b->nbits = (b->size >> bm->granularity_bits) + ((b->size & (b->granularity - 1)) != 0);
-    r = read_bitmap_data(s, bm, b->bits, bytes);
-    if (r < 0) {
-        blk_bitmap_free(b);
-        err_prefix("%s: bitmap '%s'", n->filename, name);
-        return r;
-    }
-    if (b->nbits % 8) {
-        b->bits[bytes - 1] &= (uint8_t)((1u << (b->nbits % 8)) - 1); /* tail bits must be zero */
-    }
-    *out = b;
-    return 0;
+    pthread_mutex_unlock(&s->lock);
+    return r;
 }
 
 int qcow2_bitmaps_info(const struct qcow2_state *s, struct blk_image_info *info)

@@ -187,8 +187,7 @@ static int qcow2_parse_extensions(struct qcow2_header *h, const uint8_t *buf, si
             h->nb_bitmaps = qcow2_rd32(data);
             h->bitmap_directory_size = qcow2_rd64(data + 8);
             h->bitmap_directory_offset = qcow2_rd64(data + 16);
-            r = qcow2_keep_unknown_ext(h, type, data, len); /* written back as is */
-            break;
+            break; /* written back from these fields (bitmap-store.c changes them) */
         case QCOW2_EXT_CRYPTO:
             h->has_crypto_ext = true;
             r = qcow2_keep_unknown_ext(h, type, data, len);
@@ -536,6 +535,15 @@ int qcow2_header_serialize(const struct qcow2_header *h, uint8_t *buf, size_t cl
             memcpy(e + 2, our_features[i].name, strlen(our_features[i].name));
         }
         if (!put_ext(buf, &off, end, QCOW2_EXT_FEATURE_TABLE, table, sizeof table)) {
+            return -EFBIG;
+        }
+    }
+    if (h->has_bitmaps_ext) {
+        uint8_t ext[24] = {0};
+        qcow2_wr32(ext, h->nb_bitmaps);
+        qcow2_wr64(ext + 8, h->bitmap_directory_size);
+        qcow2_wr64(ext + 16, h->bitmap_directory_offset);
+        if (!put_ext(buf, &off, end, QCOW2_EXT_BITMAPS, ext, sizeof ext)) {
             return -EFBIG;
         }
     }

@@ -380,7 +380,8 @@ static void qcow2_close(struct blk_node *n)
 
     if (!s->read_only && !s->corrupt) {
         pthread_mutex_lock(&s->lock);
-        if (pad_compressed_tail_locked(s) < 0 || qcow2_flush_caches_locked(s) < 0) {
+        if (pad_compressed_tail_locked(s) < 0 || qcow2_flush_caches_locked(s) < 0 ||
+            qcow2_bitmaps_store_locked(s) < 0) {
             log_error("qcow2: %s: writing metadata at close: %s", n->filename, err_msg());
         }
         pthread_mutex_unlock(&s->lock);
@@ -435,6 +436,7 @@ static const struct blk_driver qcow2_driver = {
     .get_info = qcow2_get_info,
     .load_bitmap = qcow2_load_bitmap,
     .snapshot = qcow2_snapshot_op,
+    .bitmap_change = qcow2_bitmap_change,
     .create = qcow2_create,
     .create_check = qcow2_create_check,
     .measure = qcow2_measure,

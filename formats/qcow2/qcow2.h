@@ -16,7 +16,9 @@
  *   refcount.c   reading and changing refcounts, growing the refcount table
  *   cluster.c    the L1 table (load, grow) and L2 slices: guest -> host
  *   snapshot.c   the internal snapshot table
- *   bitmap.c     persistent dirty bitmaps (read; marked in use when writing)
+ *   bitmap.c     persistent dirty bitmaps: reading, and recording writes
+ *   bitmap-store.c  writing bitmaps back: new tables and directory, then the switch
+ *   bitmap-ops.c    qemu-img bitmap's operations (add, remove, clear, ...)
  *   backing.c    opening the backing file
  *   read.c       guest reads, and the copy-on-write read
  *   alloc.c      allocating writes, copy-on-write, zeroing and discard
@@ -134,6 +136,12 @@ struct qcow2_bitmap {
     uint32_t extra_data_size;
     char *name;
     uint64_t dir_pos; /* where the entry starts in the directory */
+    uint8_t *extra;   /* extra_data_size bytes, kept as they are */
+    /* In memory (bitmap-store.c writes it back): the bits of a tracked
+     * bitmap, or of one an operation changed. */
+    struct blk_bitmap *mem;
+    bool tracked; /* writes set bits in mem: enabled, and consistent at a writable open */
+    bool stale;   /* mem holds bits the table on disk lacks */
 };
 
 struct qcow2_state {
@@ -469,12 +477,42 @@ int qcow2_snapshot_op(struct blk_node *n, enum blk_snapshot_op op, const char *n
 int qcow2_read_bitmaps(struct qcow2_state *s);
 void qcow2_free_bitmaps(struct qcow2_state *s);
 int qcow2_add_bitmap_metadata_locked(struct qcow2_state *s);
-/* Opening for writing: whether autoclear bit 0 may stay set. */
+/* Opening for writing: loads the enabled bitmaps to track writes; whether
+ * autoclear bit 0 may stay set. */
 bool qcow2_bitmaps_open_rw(struct qcow2_state *s);
-/* Every guest write, zeroing or discard calls this first. */
-int qcow2_bitmaps_before_write(struct qcow2_state *s);
+/* Every guest write, zeroing or discard of [off, off+len) calls this
+ * first: marks enabled bitmaps in use on disk (once), sets the bits. */
+int qcow2_bitmaps_before_write(struct qcow2_state *s, uint64_t off, uint64_t len);
 int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **out);
 int qcow2_bitmaps_info(const struct qcow2_state *s, struct blk_image_info *info);
+/* The entry named name, or NULL. */
+struct qcow2_bitmap *qcow2_find_bitmap(struct qcow2_state *s, const char *name);
+/* Bring bm's bits into bm->mem from its table (a no-op when there). */
+int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm);
+/* Why bm cannot be used (a read-only reason), or NULL; *bytes: its data size. */
+const char *qcow2_bitmap_unusable(const struct qcow2_state *s, const struct qcow2_bitmap *bm,
+                                  uint64_t *bytes);
+/* Bytes of bitmap data for the virtual size at this granularity. */
+uint64_t qcow2_bitmap_data_bytes(uint64_t size, uint32_t gran_bits);
+#define QCOW2_BME_MAX_BITMAPS 65535
+#define QCOW2_BME_MAX_DIR_SIZE (64u << 20)
+#define QCOW2_BME_MAX_NAME 1023
+#define QCOW2_BME_MAX_PHYS_SIZE (512ull << 20)
+#define QCOW2_BME_MIN_GRAN_BITS 9
+#define QCOW2_BME_MAX_GRAN_BITS 31
+#define QCOW2_BME_FIXED 24
+
+/* bitmap-store.c.  Write every stale bitmap to new clusters, then a new
+ * directory, sync, switch the header's extension to it, sync, and free
+ * what the old directory used (and dropped's table, when not NULL).
+ * Tracked bitmaps are saved up to date, so their in-use flag is cleared
+ * (the next write sets it again). */
+int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap *dropped);
+/* At close: save the tracked bitmaps if writes touched them. */
+int qcow2_bitmaps_store_locked(struct qcow2_state *s);
+
+/* bitmap-ops.c: the driver's bitmap_change. */
+int qcow2_bitmap_change(struct blk_node *n, const struct blk_bitmap_op *op);
 
 /* snapshot.c */
 int qcow2_read_snapshots(struct qcow2_state *s);

@@ -2,7 +2,8 @@
 # Persistent dirty bitmaps: "diskimg info" lists them as qemu-img does,
 # "diskimg serve -B NAME" offers qemu:dirty-bitmap:NAME exactly as qemu-nbd
 # does (compared extent by extent with nbdinfo and qemu-img map), and
-# writing an image never leaves an enabled bitmap that claims to be valid.
+# every write through diskimg is recorded in the enabled bitmaps, which a
+# clean exit saves consistent and a kill -9 leaves in use, as qemu does.
 
 load '../helpers'
 load 'lib'
@@ -115,15 +116,78 @@ assert got[-1][2] == [512, 1], got[-1]
 EOF
 }
 
-@test "an enabled bitmap on a writable export is refused, and the image is left as it was" {
-    make_bitmap_image
-    cp "$IMG" "$TEST_DIR/before.qcow2"
-    run "$DISKIMG" serve -k "$SOCK" -B b0 "$IMG"
-    assert_failure 1
-    assert_output --partial "bitmap 'b0' is enabled and the export is writable"
-    [[ ${#lines[@]} -eq 1 ]]
-    cmp "$IMG" "$TEST_DIR/before.qcow2"
+# dirty_map URI NAME: the dirty extents of a bitmap, "offset length" a line.
+dirty_map() {
+    nbdinfo --map="qemu:dirty-bitmap:$2" "$1" | awk '$3 == 1 { print $1, $2 }'
+}
+
+# qemu_dirty IMAGE NAME: the dirty extents as qemu-nbd exports them.
+qemu_dirty() {
+    qemu-nbd -r -t -B "$2" -k "$TEST_DIR/q.sock" "$1" 2>>"$SERVER_LOG" &
+    local pid=$!
+    wait_until 10 unix_listening "$TEST_DIR/q.sock"
+    dirty_map "nbd+unix:///?socket=$TEST_DIR/q.sock" "$2"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -f "$TEST_DIR/q.sock"
+}
+
+@test "serve records writes, zeroes and discards in enabled bitmaps, live and on exit" {
+    qemu-img create -q -f qcow2 "$IMG" 64M
+    qemu-img bitmap --add "$IMG" b0
+    qemu-img bitmap --add -g 4096 "$IMG" b4
+    qemu-img bitmap --add --disable "$IMG" bd
+    start_server -t --discard=unmap -B b4 "$IMG"
+    qemu-io -f raw -c 'write -P 1 1M 5k' -c 'write -z 10M 64k' -c 'discard 20M 128k' \
+        -c 'write -P 2 63M 512' "$URI" >/dev/null
+    # The export shows the session's own writes, as qemu-nbd's does.
+    run dirty_map "$URI" b4
+    assert_success
+    assert_output "$(printf '%s\n' '1048576 8192' '10485760 65536' '20971520 131072' '66060288 4096')"
+    # Open for writing: the enabled bitmaps are in use on disk meanwhile.
+    [[ $(qemu-img info -U --output=json "$IMG" | jq -r '.["format-specific"].data.bitmaps[0].flags | join(",")') == in-use,auto ]]
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    qemu_check_clean "$IMG"
     [[ $(bitmap_flags "$IMG" b0) == auto ]]
+    [[ $(bitmap_flags "$IMG" b4) == auto ]]
+    [[ $(bitmap_flags "$IMG" bd) == "" ]]
+    # qemu-nbd reads exactly the written ranges, at each granularity.
+    run qemu_dirty "$IMG" b0
+    assert_output "$(printf '%s\n' '1048576 65536' '10485760 65536' '20971520 131072' '66060288 65536')"
+    run qemu_dirty "$IMG" b4
+    assert_output "$(printf '%s\n' '1048576 8192' '10485760 65536' '20971520 131072' '66060288 4096')"
+    [[ -z $(qemu_dirty "$IMG" bd) ]]
+    # A second session adds to what the first saved.
+    start_server "$IMG"
+    qemu-io -f raw -c 'write -P 3 30M 4k' "$URI" >/dev/null
+    stop_server INT
+    qemu_check_clean "$IMG"
+    run qemu_dirty "$IMG" b4
+    assert_line '31457280 4096'
+    assert_line '1048576 8192'
+}
+
+@test "a kill -9 leaves enabled bitmaps in use; qemu-img check stays clean" {
+    qemu-img create -q -f qcow2 "$IMG" 16M
+    qemu-img bitmap --add "$IMG" b0
+    start_server -t "$IMG"
+    qemu-io -f raw -c 'write -P 1 1M 64k' "$URI" >/dev/null
+    stop_server KILL
+    # A crash may leak clusters (exit 3), never more.
+    run qemu-img check "$IMG"
+    [[ $status -eq 0 || $status -eq 3 ]]
+    refute_output --partial ERROR
+    qemu-img check -q -r leaks "$IMG"
+    [[ $(bitmap_flags "$IMG" b0) == in-use,auto ]]
+    # An in-use bitmap stays so (qemu's rule): later sessions leave it.
+    start_server "$IMG"
+    qemu-io -f raw -c 'write -P 1 2M 64k' "$URI" >/dev/null
+    stop_server
+    qemu_check_clean "$IMG"
+    [[ $(bitmap_flags "$IMG" b0) == in-use,auto ]]
+    qemu-img bitmap --remove "$IMG" b0
+    qemu_check_clean "$IMG"
 }
 
 @test "a disabled bitmap may be exported read-write" {
@@ -147,28 +211,15 @@ EOF
     run "$DISKIMG" serve -k "$SOCK" -l s1 -B b0 "$IMG"
     assert_failure 1
     assert_output --partial "not a snapshot"
-    # Writing through diskimg marks b0 in use: it can no longer be exported.
+    # Writing through diskimg records the writes: b0 stays consistent, and
+    # convert -n of a zeroed 1 MiB image dirties what it zeroes there.
     "$DISKIMG" convert -n -f raw -O qcow2 "$TEST_DIR/r.img" "$IMG"
-    run "$DISKIMG" serve -r -k "$SOCK" -B b0 "$IMG"
-    assert_failure 1
-    assert_output --partial "bitmap 'b0' is in use"
+    [[ $(bitmap_flags "$IMG" b0) == auto ]]
+    run qemu_dirty "$IMG" b0
+    assert_line --regexp '^(0 1114112|65536 1048576)$'
     run "$DISKIMG" serve -r -k "$SOCK" -B b1 --export name=a,file="$IMG"
     assert_failure 2
     assert_output --partial "-B applies to IMAGE"
-}
-
-@test "writing marks enabled bitmaps in use, keeps disabled ones valid, and qemu-img check stays clean" {
-    make_bitmap_image
-    start_server "$IMG"
-    qemu-io -f raw -c 'write -P 9 2M 64k' "$URI" >/dev/null
-    stop_server
-    qemu_check_clean "$IMG"
-    [[ $(bitmap_flags "$IMG" b0) == in-use,auto ]]
-    [[ $(bitmap_flags "$IMG" b2) == in-use,auto ]]
-    [[ $(bitmap_flags "$IMG" b1) == "" ]]
-    # qemu still uses the disabled bitmap, and diskimg check agrees.
-    qemu-img bitmap --enable "$IMG" b1
-    "$DISKIMG" check "$IMG"
 }
 
 @test "opening for writing without writing leaves the bitmaps untouched" {
