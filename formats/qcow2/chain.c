@@ -115,7 +115,7 @@ int qcow2_make_empty(struct blk_node *n)
     uint64_t size = qcow2_virtual_size(s);
     uint64_t span = (uint64_t)s->l2_slice_entries << s->cluster_bits;
     unsigned since_flush = 0;
-    int r = qcow2_bitmaps_before_write(s);
+    int r = qcow2_bitmaps_before_write(s, 0, size); /* every byte may read differently */
 
     if (r < 0) {
         return r;
