@@ -23,7 +23,8 @@
  *
  * Cost: the references are counted from scratch by walking every L1 and
  * L2 table, as check does, and the refcount structure is rewritten whole;
- * the old metadata becomes free space.
+ * the old metadata becomes free space (holes in the file), reused by
+ * later writes.
  *
  * Order (qcow2.h): above check.c, which counts the references; calls
  * check, open, snapshot, cluster, refcount-math, writeback, cache, header. */
@@ -363,6 +364,27 @@ static int switch_header(struct sn_ctx *x)
     return r < 0 ? r : blk_flush(s->file);
 }
 
+/* What the old image used and the new one does not is free space now:
+ * give it back to the file system, as qemu discards a deleted
+ * snapshot's clusters.  Advisory: a failure changes nothing. */
+static void punch_freed(struct sn_ctx *x)
+{
+    struct qcow2_state *s = x->s;
+    uint64_t end = MIN(ROUND_UP(x->old_len, s->cluster_size) >> s->cluster_bits, x->n_counts);
+
+    for (uint64_t k = 1; k < end;) {
+        uint64_t run = 0;
+        while (k + run < end && x->counts[k + run] == 0) {
+            run++;
+        }
+        if (run) {
+            (void)blk_discard(s->file, k << s->cluster_bits, run << s->cluster_bits, 0);
+        }
+        k += run + 1;
+    }
+    err_clear();
+}
+
 /* The in-memory state follows the file: reload what moved. */
 static int reload_locked(struct sn_ctx *x, const uint64_t *old_l1, uint32_t old_l1_size)
 {
@@ -429,6 +451,7 @@ static int commit_locked(struct sn_ctx *x)
         return qcow2_mark_corrupt_locked(s, "switching to the new snapshot state failed: %s",
                                          err_msg_or(r));
     }
+    punch_freed(x);
     CLEANUP_FREE uint64_t *old_l1 = s->l1;
     uint32_t old_l1_size = s->l1_size;
     s->l1 = NULL;

@@ -73,8 +73,13 @@ qio() {
     # qemu reads the snapshots we made.
     qemu-img convert -l snapshot.name=one -O raw "$img" "$TEST_DIR/one.raw"
     same "$TEST_DIR/one.qcow2" "$TEST_DIR/one.raw"
-    # Delete: gone for qemu-img, the rest intact and clean.
+    # Delete: gone for qemu-img, the rest intact and clean, and the
+    # clusters only it used are holes again.
+    local before after
+    before=$(du -k "$img" | cut -f1)
     "$DISKIMG" snapshot -d one "$img"
+    after=$(du -k "$img" | cut -f1)
+    [[ $after -lt $before ]] || { echo "du: $before KiB before -d, $after after" >&2; return 1; }
     qcheck "$img"
     [[ "$(tags "$img")" == two ]]
     same "$TEST_DIR/two.qcow2" "$img"
