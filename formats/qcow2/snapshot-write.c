@@ -204,7 +204,7 @@ static uint64_t entry_with_flag(const struct sn_ctx *x, uint64_t e)
 static int fix_l2_flags(struct sn_ctx *x, uint32_t i)
 {
     struct qcow2_state *s = x->s;
-    uint64_t cs = s->cluster_size, l2 = x->l1[i] & L1E_OFFSET_MASK, copy;
+    uint64_t cs = s->cluster_size, l2 = x->l1[i] & L1E_OFFSET_MASK, copy = 0;
     unsigned entries = 1u << s->l2_bits;
     CLEANUP_FREE uint64_t *t = malloc(cs);
     bool changed = false;
