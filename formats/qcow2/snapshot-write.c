@@ -648,7 +648,9 @@ static int snapshot_create_locked(struct sn_ctx *x, const char *name)
     if (!x->snaps) {
         return err_set(ENOMEM, "qcow2: snapshot list");
     }
-    memcpy(x->snaps, s->snapshots, s->n_snapshots * sizeof *x->snaps);
+    if (s->n_snapshots) {
+        memcpy(x->snaps, s->snapshots, s->n_snapshots * sizeof *x->snaps);
+    }
     x->snaps[s->n_snapshots] = sn;
     x->n_snaps = s->n_snapshots + 1;
     x->size = s->hdr.size;
