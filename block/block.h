@@ -325,6 +325,7 @@ struct blk_image_info {
     int64_t actual_size;   /* bytes allocated on the host, -1 unknown */
     uint64_t cluster_size; /* 0: the format has none */
     bool dirty;
+    bool dirty_unknown;      /* raw over NBD: no one to ask, no dirty-flag */
     char *backing_file;      /* as recorded in the image */
     char *backing_format;    /* NULL: not recorded */
     char *full_backing_file; /* resolved against the image's directory */

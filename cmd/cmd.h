@@ -136,6 +136,10 @@ enum { CMD_OPT_REPRODUCIBLE = 0x4200 };
 
 /* "64 MiB", "196 KiB": three significant digits, binary units. */
 void cmd_size_str(uint64_t bytes, char *buf, size_t len);
+/* The image name as qemu-img prints it: an NBD URI as qemu names the
+ * connection (nbd:unix:S is nbd+unix://?socket=S), anything else as given.
+ * malloc'd; NULL only without memory. */
+char *cmd_display_name(const char *name);
 
 /* NBD connections for bulk work (convert, bench) where the server
  * allows multi-conn; metadata commands use one.  A default offered to

@@ -14,6 +14,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/escape.h"
 #include "common/json.h"
 
@@ -83,6 +84,9 @@ static void info_bitmaps_human(const struct blk_image_info *in)
 static void info_json(struct json_writer *w, const char *filename, const struct blk_image_info *in)
 {
     json_begin_object(w, NULL);
+    if (in->backing_format) { /* first, as qemu-img's QDict orders it */
+        json_str(w, "backing-filename-format", in->backing_format);
+    }
     if (in->n_snapshots) {
         json_begin_array(w, "snapshots");
         for (unsigned i = 0; i < in->n_snapshots; i++) {
@@ -99,9 +103,6 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
             json_end_object(w);
         }
         json_end_array(w);
-    }
-    if (in->backing_format) {
-        json_str(w, "backing-filename-format", in->backing_format);
     }
     json_uint(w, "virtual-size", in->virtual_size);
     json_str(w, "filename", filename);
@@ -159,7 +160,9 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
         json_str(w, "full-backing-filename", in->full_backing_file);
         json_str(w, "backing-filename", in->backing_file);
     }
-    json_bool(w, "dirty-flag", in->dirty);
+    if (!in->dirty_unknown) {
+        json_bool(w, "dirty-flag", in->dirty);
+    }
     json_end_object(w);
 }
 
@@ -393,13 +396,14 @@ static int info_run(int argc, char **argv)
         if (r < 0) {
             break;
         }
+        CLEANUP_FREE char *shown = cmd_display_name(name);
         if (json) {
-            info_json(&w, name, &in);
+            info_json(&w, shown ? shown : name, &in);
         } else {
             if (depth) {
                 printf("\n");
             }
-            info_human(name, &in);
+            info_human(shown ? shown : name, &in);
         }
         free(name);
         free(fmt);
@@ -424,8 +428,8 @@ static int info_run(int argc, char **argv)
     if (json && chain) {
         json_end_array(&w);
     }
-    if (json) {
-        json_finish(&w);
+    if (json && (r == 0 || chain)) {
+        json_finish(&w); /* nothing printed, nothing to end */
     }
     return r < 0 ? status : EXIT_OK;
 }

@@ -9,7 +9,9 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/error.h"
 #include "common/util.h"
+#include "nbd/uri.h"
 
 int cmd_parse_output(const char *sub, const char *arg, bool *json)
 {
@@ -82,15 +84,17 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o)
 void cmd_size_str(uint64_t bytes, char *buf, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double v = (double)bytes;
+    double unit = 1;
     unsigned i = 0;
 
-    /* Three significant digits, as qemu-img prints them. */
-    while (v >= 1024 && i + 1 < sizeof units / sizeof units[0]) {
-        v /= 1024;
+    /* Three significant digits, as qemu-img prints them: its size_to_str
+     * takes the next unit from 1000 of the last one on ("0.977 MiB", not
+     * "1e+03 KiB"). */
+    while (i + 1 < sizeof units / sizeof units[0] && (double)bytes >= 1000.0 * unit) {
+        unit *= 1024;
         i++;
     }
-    snprintf(buf, len, "%0.3g %s", v, units[i]);
+    snprintf(buf, len, "%0.3g %s", (double)bytes / unit, units[i]);
 }
 
 /* The name as sha256sum prints it: a name with a backslash, a newline or
@@ -118,4 +122,17 @@ void cmd_print_checksum(FILE *f, const uint8_t *sum, const char *name)
         }
     }
     fputc('\n', f);
+}
+
+char *cmd_display_name(const char *name)
+{
+    struct nbd_uri u = {0};
+    char *out = NULL;
+
+    if (nbd_uri_is(name) && nbd_uri_parse(name, &u) == 0) {
+        out = nbd_uri_qemu_name(&u);
+    }
+    err_clear();
+    nbd_uri_free(&u);
+    return out ? out : strdup(name);
 }

@@ -1,6 +1,7 @@
 /* nbd/uri.c: see uri.h. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,4 +262,25 @@ int nbd_uri_parse(const char *s, struct nbd_uri *u)
         nbd_uri_free(u);
     }
     return r;
+}
+
+char *nbd_uri_qemu_name(const struct nbd_uri *u)
+{
+    const char *exp = u->export_name ? u->export_name : "";
+    char *out = NULL;
+    int n;
+
+    if (u->tls) {
+        return NULL;
+    }
+    /* qemu 7.2's rules: an empty export name is no export (no path at
+     * all), and a host goes in as it is, an IPv6 one without brackets
+     * (nbd://::1:10809). */
+    if (u->unix_socket) {
+        n = *exp ? asprintf(&out, "nbd+unix:///%s?socket=%s", exp, u->socket)
+                 : asprintf(&out, "nbd+unix://?socket=%s", u->socket);
+    } else {
+        n = asprintf(&out, "nbd://%s:%s%s%s", u->host, u->port, *exp ? "/" : "", exp);
+    }
+    return n < 0 ? NULL : out;
 }

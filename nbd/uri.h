@@ -32,5 +32,10 @@ bool nbd_uri_is(const char *s);
 /* Returns 0, or -EINVAL with a message naming what is wrong. */
 int nbd_uri_parse(const char *s, struct nbd_uri *u);
 void nbd_uri_free(struct nbd_uri *u);
+/* The name qemu-img gives the connection in its output (nbd://HOST:PORT
+ * [/EXPORT] or nbd+unix://[/EXPORT]?socket=PATH, whichever spelling was
+ * used), malloc'd; NULL for TLS (qemu 7.2 has no nbds: URIs) or no
+ * memory. */
+char *nbd_uri_qemu_name(const struct nbd_uri *u);
 
 #endif

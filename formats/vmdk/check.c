@@ -135,6 +135,8 @@ int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
         }
     }
     info->cluster_size = same ? grain : 0;
+    /* qemu's vmdk has no driver info then: qemu-img shows no dirty-flag */
+    info->dirty_unknown = !same;
     /* The descriptor's extents take space too (qemu-img adds them up). */
     for (unsigned i = 0; i < s->n_extents && info->actual_size >= 0; i++) {
         struct blk_node *f = s->extents[i].own_file ? s->extents[i].file : NULL;

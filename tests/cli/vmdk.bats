@@ -84,8 +84,8 @@ EVEN=$((4 * 1048576))
     run "$DISKIMG" info --output=json m.vmdk
     [[ $(jq -c '."format-specific".data.extents|map(.format)' <<<"$output") == '["SPARSE","FLAT","SPARSE"]' ]]
     [[ $("$DISKIMG" map --output=json m.vmdk) == "$(qemu-img map --output=json m.vmdk)" ]]
-    # (qemu-img leaves out dirty-flag when the extents' kinds differ)
-    [[ $("$DISKIMG" info --output=json m.vmdk | jq -c 'del(."dirty-flag")') == \
+    # (no dirty-flag when the extents' kinds differ, as qemu-img)
+    [[ $("$DISKIMG" info --output=json m.vmdk | jq -c .) == \
         "$(qemu-img info --output=json m.vmdk | jq -c .)" ]]
     [[ $("$DISKIMG" info m.vmdk) == "$(qemu-img info m.vmdk)" ]]
 }

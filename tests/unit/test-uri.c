@@ -1,5 +1,6 @@
 /* tests/unit/test-uri.c: NBD URI parsing, good and hostile. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -115,11 +116,45 @@ static void test_bad(void)
     expect("nbd://h/%4", -EINVAL, 0, 0, 0, 0, 0, "");
 }
 
+/* The name qemu-img 7.2 prints for the connection, whatever the spelling. */
+static void expect_qemu_name(const char *s, const char *want)
+{
+    struct nbd_uri u;
+
+    CHECK(nbd_uri_parse(s, &u) == 0);
+    char *name = nbd_uri_qemu_name(&u);
+    if (!name || strcmp(name, want) != 0) {
+        fprintf(stderr, "qemu name of \"%s\" = \"%s\", want \"%s\"\n", s, name ? name : "(null)",
+                want);
+        check_failures++;
+    }
+    free(name);
+    nbd_uri_free(&u);
+}
+
+static void test_qemu_name(void)
+{
+    expect_qemu_name("nbd+unix:///?socket=/tmp/s", "nbd+unix://?socket=/tmp/s");
+    expect_qemu_name("nbd+unix:///exp?socket=/tmp/s", "nbd+unix:///exp?socket=/tmp/s");
+    expect_qemu_name("nbd:unix:/tmp/s", "nbd+unix://?socket=/tmp/s");
+    expect_qemu_name("nbd:unix:/tmp/s:exportname=exp", "nbd+unix:///exp?socket=/tmp/s");
+    expect_qemu_name("nbd://localhost/", "nbd://localhost:10809");
+    expect_qemu_name("nbd://127.0.0.1:1234/disk", "nbd://127.0.0.1:1234/disk");
+    expect_qemu_name("nbd:127.0.0.1:1234", "nbd://127.0.0.1:1234");
+    expect_qemu_name("nbd://[::1]:1234", "nbd://::1:1234");
+
+    struct nbd_uri u;
+    CHECK(nbd_uri_parse("nbds://localhost/x", &u) == 0);
+    CHECK(nbd_uri_qemu_name(&u) == NULL); /* qemu 7.2 has no nbds: */
+    nbd_uri_free(&u);
+}
+
 int main(void)
 {
     RUN(test_good);
     RUN(test_legacy);
     RUN(test_bad);
     RUN(test_userinfo);
+    RUN(test_qemu_name);
     return check_exit();
 }
