@@ -237,6 +237,9 @@ int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigne
 int blk_image_truncate(struct blk_image *img, uint64_t size);
 /* A no-op on stable storage with cache=unsafe (format caches are still written). */
 int blk_image_flush(struct blk_image *img);
+/* Block status as "qemu-img map" reports it: blk_image_block_status,
+ * except for formats whose qemu driver maps more coarsely (vpc, vhdx). */
+int blk_image_map_status(struct blk_image *img, uint64_t off, uint64_t len, struct blk_extent *ext);
 int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
                            struct blk_extent *ext);
 int blk_image_prefetch(struct blk_image *img, uint64_t off, uint64_t len);

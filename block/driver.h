@@ -172,6 +172,9 @@ struct blk_driver {
     /* Describe [off, off+len): one extent starting at off, ext->length
      * in (0, len].  NULL: everything is data. */
     int (*block_status)(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+    /* The same, but as qemu-img 7.2 shows it in "qemu-img map", where its
+     * driver knows less (whole blocks, no offsets).  NULL: block_status. */
+    int (*map_status)(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
     /* Hint: read ahead into caches.  NULL: no-op. */
     int (*prefetch)(struct blk_node *n, uint64_t off, uint64_t len);
     int64_t (*get_length)(struct blk_node *n);

@@ -344,6 +344,22 @@ int blk_image_block_status(struct blk_image *img, uint64_t off, uint64_t len,
     return blk_block_status(img->root, off, len, ext);
 }
 
+int blk_image_map_status(struct blk_image *img, uint64_t off, uint64_t len, struct blk_extent *ext)
+{
+    const struct blk_driver *drv = img->root->drv;
+    int r;
+
+    if (!drv->map_status || len == 0 || off >= blk_image_size(img) ||
+        len > blk_image_size(img) - off) {
+        return blk_block_status(img->root, off, len, ext); /* and its checks */
+    }
+    r = drv->map_status(img->root, off, len, ext);
+    if (r == 0 && (ext->length == 0 || ext->length > len)) {
+        ext->length = len;
+    }
+    return r;
+}
+
 bool blk_image_has_backing(struct blk_image *img)
 {
     return img->root->backing != NULL;

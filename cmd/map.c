@@ -14,22 +14,25 @@
 
 static void map_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg map [-f FMT] [--output=human|json] [--start-offset=OFF]\n"
-               "                   [--max-length=LEN] [-U] FILE\n"
-               "\n"
-               "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
-               "\n"
-               "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
-               "  -U, --force-share    map the image even while another process writes it\n"
-               "      --output=FMT     human (default): data ranges with their file offsets;\n"
-               "                       json: every range with start, length, depth, present,\n"
-               "                       zero, data and offset, as qemu-img map\n"
-               "  -s, --start-offset=OFF   start there (default 0)\n"
-               "  -l, --max-length=LEN     stop after LEN bytes\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
-               "  -h, --help           this help\n"
-               "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
-               "See diskimg-map(1).\n");
+    fprintf(f,
+            "Usage: diskimg map [-f FMT] [--output=human|json] [--start-offset=OFF]\n"
+            "                   [--max-length=LEN] [-U] FILE\n"
+            "\n"
+            "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
+            "\n"
+            "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
+            "  -U, --force-share    map the image even while another process writes it\n"
+            "      --output=FMT     human (default): data ranges with their file offsets;\n"
+            "                       json: every range with start, length, depth, present,\n"
+            "                       zero, data and offset, as qemu-img map\n"
+            "  -s, --start-offset=OFF   start there (default 0)\n"
+            "  -l, --max-length=LEN     stop after LEN bytes\n"
+            "      --detail         what diskimg knows where qemu-img's driver knows\n"
+            "                       less (vpc, vhdx): holes inside blocks, offsets\n" CMD_TLS_HELP
+                CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
+            "See diskimg-map(1).\n");
 }
 
 /* One output range, in qemu-img's terms. */
@@ -62,15 +65,17 @@ static int map_print(const struct map_entry *e, bool json, bool first)
         return 0;
     }
     if (e->data && !e->has_offset) {
-        fprintf(stderr, "diskimg: file contains compressed clusters, which the human output "
-                        "cannot show; use --output=json\n");
+        /* qemu-img's words: data at no known offset (compressed, or a
+         * driver that cannot say where) has no human line. */
+        fprintf(stderr, "diskimg: File contains external, encrypted or compressed clusters.\n");
         return -1;
     }
     if (!e->data || e->zero) {
         return 0; /* only ranges with data stored in a file */
     }
     /* The file may be a backing file, named by the image: escaped. */
-    CLEANUP_FREE char *file = str_escape(e->filename ? e->filename : "");
+    CLEANUP_FREE char *shown = cmd_display_name(e->filename ? e->filename : "");
+    CLEANUP_FREE char *file = str_escape(shown ? shown : "");
     printf("%#-16" PRIx64 "%#-16" PRIx64 "%#-16" PRIx64 "%s\n", e->start, e->length, e->offset,
            file ? file : "?");
     return 0;
@@ -78,7 +83,7 @@ static int map_print(const struct map_entry *e, bool json, bool first)
 
 static int map_run(int argc, char **argv)
 {
-    enum { OPT_OUTPUT = 256 };
+    enum { OPT_OUTPUT = 256, OPT_DETAIL };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
@@ -86,6 +91,7 @@ static int map_run(int argc, char **argv)
         {"start-offset", required_argument, NULL, 's'},
         {"max-length", required_argument, NULL, 'l'},
         {"force-share", no_argument, NULL, 'U'},
+        {"detail", no_argument, NULL, OPT_DETAIL},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
@@ -93,7 +99,7 @@ static int map_run(int argc, char **argv)
     struct blk_image_opts o = {.read_only = true};
     struct blk_image *img = NULL;
     uint64_t start = 0, max_len = UINT64_MAX;
-    bool json = false, first = true, have = false;
+    bool json = false, first = true, have = false, detail = false;
     struct map_entry cur = {0};
     int c, r;
 
@@ -124,6 +130,9 @@ static int map_run(int argc, char **argv)
         case 'U':
             o.force_share = true;
             break;
+        case OPT_DETAIL:
+            detail = true;
+            break;
         case ':':
             return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -149,7 +158,8 @@ static int map_run(int argc, char **argv)
     }
     for (uint64_t pos = start; pos < end && r == 0;) {
         struct blk_extent ext;
-        r = blk_image_block_status(img, pos, end - pos, &ext);
+        r = detail ? blk_image_block_status(img, pos, end - pos, &ext)
+                   : blk_image_map_status(img, pos, end - pos, &ext);
         if (r < 0) {
             cmd_print_error(r);
             break;
@@ -176,6 +186,12 @@ static int map_run(int argc, char **argv)
             have = true;
         }
         pos += ext.length;
+    }
+    if (r == 0 && !have) {
+        /* Nothing to map (a 0-byte image, a start past the end): qemu-img
+         * still prints one empty entry there. */
+        cur = (struct map_entry){.start = start};
+        have = true;
     }
     if (r == 0 && have) {
         r = map_print(&cur, json, first);

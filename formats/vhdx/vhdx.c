@@ -192,6 +192,7 @@ static const struct blk_driver vhdx_driver = {
     .flush = vhdx_flush,
     .set_identity = vhdx_set_identity,
     .block_status = vhdx_block_status,
+    .map_status = vhdx_map_status,
     .get_length = vhdx_get_length,
     .check = vhdx_check,
     .get_info = vhdx_get_info,

@@ -189,6 +189,7 @@ int vhdx_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov, int 
                  unsigned flags);
 int vhdx_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned flags);
 int vhdx_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+int vhdx_map_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
 
 /* ---- check.c ---- */
 int vhdx_check(struct blk_node *n, enum blk_repair repair, FILE *report,

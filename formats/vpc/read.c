@@ -279,3 +279,37 @@ int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     }
     return 0;
 }
+
+/* As qemu-img map shows a VHD: qemu's driver reads an allocated block
+ * whole, whatever its bitmap says, so reports it as data, one block at a
+ * time; a fixed image is data throughout, with its file's holes as zeroes
+ * that are data too. */
+int vpc_map_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
+{
+    struct vpc_state *s = n->opaque;
+
+    if (s->type == VPC_FIXED) {
+        int r = fixed_block_status(s, off, len, ext);
+        ext->flags |= BLK_EXT_DATA;
+        return r;
+    }
+    if (s->type == VPC_DIFF) {
+        return vpc_block_status(n, off, len, ext);
+    }
+    uint32_t i = (uint32_t)(off >> s->block_bits);
+    uint64_t in_block = off & (s->block_size - 1);
+
+    pthread_mutex_lock(&s->lock);
+    uint32_t entry = s->bat[i];
+    pthread_mutex_unlock(&s->lock);
+    if (entry == VPC_BAT_UNALLOCATED) {
+        return vpc_block_status(n, off, len, ext);
+    }
+    memset(ext, 0, sizeof *ext);
+    ext->length = MIN(len, s->block_size - in_block);
+    ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
+    ext->offset = (uint64_t)entry * VPC_SECTOR + s->bitmap_size + in_block;
+    ext->depth = 1;
+    ext->filename = s->file->filename;
+    return 0;
+}

@@ -400,6 +400,7 @@ static const struct blk_driver vpc_driver = {
     .flush = vpc_flush,
     .set_identity = vpc_set_identity,
     .block_status = vpc_block_status,
+    .map_status = vpc_map_status,
     .get_length = vpc_get_length,
     .get_info = vpc_get_info,
     .create = vpc_create,

@@ -150,6 +150,7 @@ int vpc_refuse_parent(struct vpc_state *s);
 /* read.c */
 int vpc_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt);
 int vpc_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
+int vpc_map_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
 /* With s->lock held: the bitmap of block i into buf (bitmap_size bytes). */
 int vpc_read_bitmap_locked(struct vpc_state *s, uint32_t i, uint8_t *buf);
 

@@ -103,7 +103,7 @@ MiB=1048576
     assert_output --partial "No errors were found on the image."
     # map: blocks never written are zero holes, and so is the unwritten
     # part of block 4 (a hole in the file); qemu-img reports all data
-    run "$DISKIMG" map --output=json "$img"
+    run "$DISKIMG" map --detail --output=json "$img"
     assert_success
     [[ $(jq -c '[.[] | select(.data and (.zero | not)) | [.start, .length, .offset]]' <<<"$output") == '[[1048576,1048576,8388608],[4194304,65536,9437184]]' ]]
     [[ $(jq -c '[.[] | select(.data | not) | .zero] | unique' <<<"$output") == '[true]' ]]
@@ -181,7 +181,7 @@ base_image() {
     qemu-img check -q -r all "$TEST_DIR/by-qemu.vhdx"
     run qemu-io -c 'read -P 0 3M 1M' -c 'read -P 0xab 0 1M' "$img"
     refute_output --partial "fail"
-    [[ $("$DISKIMG" map --output=json "$img" | jq -c '[.[] | select(.start == 3145728) | .offset]') == "[$((9 * MiB))]" ]]
+    [[ $("$DISKIMG" map --detail --output=json "$img" | jq -c '[.[] | select(.start == 3145728) | .offset]') == "[$((9 * MiB))]" ]]
     run qemu-img compare "$img" "$TEST_DIR/by-qemu.vhdx"
     assert_success
     # a LogGuid with no entry (a writer stopped before its first one) is

@@ -99,7 +99,7 @@ PY
         <("$DISKIMG" map --output=json "$TEST_DIR/d.vhd")
     # qemu-img map calls the whole of an allocated block data; diskimg
     # sees the holes of a fixed image's file.
-    run "$DISKIMG" map --output=json "$TEST_DIR/by-qemu.vpc"
+    run "$DISKIMG" map --detail --output=json "$TEST_DIR/by-qemu.vpc"
     assert_success
     [[ $(jq '[.[] | select(.data == false)] | length' <<<"$output") -ge 1 ]]
 }
