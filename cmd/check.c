@@ -262,8 +262,10 @@ static int check_run(int argc, char **argv)
         res.corruptions_fixed = fixed.corruptions_fixed;
     }
     if (r < 0) {
+        /* A check that could not finish has no summary, as in qemu-img. */
         cmd_print_error(r);
-        res.check_errors++;
+        blk_image_close(img);
+        return EXIT_ERROR;
     }
     if (!quiet) {
         if (json) {
@@ -276,6 +278,9 @@ static int check_run(int argc, char **argv)
     if (r < 0) {
         cmd_print_error(r);
         return EXIT_ERROR;
+    }
+    if (res.check_errors) {
+        fprintf(stderr, "diskimg: Check failed\n");
     }
     return check_status(&res);
 }

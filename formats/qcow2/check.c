@@ -570,13 +570,29 @@ static int rebuild_refcounts(struct check_ctx *c)
     return qcow2_build_metadata_map_locked(s);
 }
 
-/* Compare counted references with the stored refcounts. */
-static int compare_refcounts(struct check_ctx *c, enum blk_repair repair, bool *corrupt_refs)
+/* Move the stored refcount of cluster k by one step toward counted. */
+static int step_refcount(struct qcow2_state *s, uint64_t k, uint64_t *stored, uint64_t counted)
+{
+    int delta = *stored > counted ? -1 : 1;
+    int r = qcow2_update_refcount_locked(s, k << s->cluster_bits, s->cluster_size, delta);
+
+    if (r == 0) {
+        *stored = delta < 0 ? *stored - 1 : *stored + 1;
+    }
+    return r;
+}
+
+/* Compare counted references with the stored refcounts, as qemu does:
+ * a referenced cluster whose refcount is 0 needs the refcount structure
+ * rebuilt (*rebuild: done by the caller, with -r all only); any other
+ * mismatch is fixed in place when the repair allows it (leaks: a leaked
+ * cluster; all: a refcount too low too).  With fix false it only counts. */
+static int compare_refcounts(struct check_ctx *c, enum blk_repair repair, bool fix, bool *rebuild)
 {
     struct qcow2_state *s = c->s;
     int r = 0;
 
-    *corrupt_refs = false;
+    *rebuild = false;
     for (uint64_t k = 0; k < c->refs.n && r == 0; k++) {
         uint64_t stored, counted = c->refs.count[k];
 
@@ -591,23 +607,22 @@ static int compare_refcounts(struct check_ctx *c, enum blk_repair repair, bool *
         if (stored == counted) {
             continue;
         }
-        if (stored < counted) {
-            report(c, "ERROR cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64, k,
-                   stored, counted);
-            c->res->corruptions++;
-            *corrupt_refs = true;
-            continue;
+        bool low = stored < counted;
+        *rebuild |= stored == 0;
+        bool repairing =
+            fix && stored != 0 && (low ? repair == BLK_REPAIR_ALL : repair != BLK_REPAIR_NONE);
+        report(c, "%s cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64,
+               repairing ? "Repairing"
+               : low     ? "ERROR"
+                         : "Leaked",
+               k, stored, counted);
+        while (repairing && stored != counted && r == 0) {
+            r = step_refcount(s, k, &stored, counted);
         }
-        report(c, "Leaked cluster %" PRIu64 " refcount=%" PRIu64 " reference=%" PRIu64, k, stored,
-               counted);
-        c->res->leaks++;
-        if (repair == BLK_REPAIR_LEAKS) {
-            while (stored > counted && r == 0) {
-                r = qcow2_update_refcount_locked(s, k << s->cluster_bits, s->cluster_size, -1);
-                stored--;
-            }
-            c->res->leaks_fixed += r == 0;
-        }
+        bool fixed = repairing && r == 0;
+        uint64_t *tally = low ? (fixed ? &c->res->corruptions_fixed : &c->res->corruptions)
+                              : (fixed ? &c->res->leaks_fixed : &c->res->leaks);
+        (*tally)++;
     }
     return r;
 }
@@ -617,7 +632,7 @@ int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *rep, struct bl
     struct qcow2_state *s = n->opaque;
     int64_t file_size = blk_get_length(s->file);
     struct check_ctx c = {.s = s, .res = res, .report = rep, .count_refcount_structures = true};
-    bool corrupt_refs;
+    bool rebuild = false;
     int r;
 
     memset(res, 0, sizeof *res);
@@ -634,10 +649,23 @@ int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *rep, struct bl
     if (r == 0) {
         r = count_references(&c);
     }
+    /* First only look, as qemu does: a structure to rebuild decides what
+     * is fixed, and how. */
+    struct blk_check_result before = *res;
     if (r == 0) {
-        r = compare_refcounts(&c, repair, &corrupt_refs);
+        r = compare_refcounts(&c, repair, false, &rebuild);
     }
-    if (r == 0 && repair == BLK_REPAIR_ALL && (corrupt_refs || res->leaks)) {
+    if (r == 0 && rebuild && repair == BLK_REPAIR_LEAKS) {
+        /* as qemu-img check -r leaks: nothing is changed, the check fails */
+        report(&c, "ERROR need to rebuild refcount structures");
+        res->check_errors++;
+        r = err_setx(EIO, "Check failed: Input/output error");
+    }
+    if (r == 0 && !rebuild && repair != BLK_REPAIR_NONE && (res->leaks || res->corruptions)) {
+        *res = before; /* counted again, with the fixes */
+        r = compare_refcounts(&c, repair, true, &rebuild);
+    }
+    if (r == 0 && repair == BLK_REPAIR_ALL && rebuild) {
         /* Count again without the old refcount structure, and write a
          * new one that matches. */
         memset(c.refs.count, 0, c.refs.n * sizeof *c.refs.count);
@@ -654,8 +682,8 @@ int qcow2_check(struct blk_node *n, enum blk_repair repair, FILE *rep, struct bl
         }
         if (r == 0) {
             report(&c, "Rebuilding refcount structure");
-            res->corruptions_fixed += corrupt_refs ? res->corruptions : 0;
-            res->leaks_fixed = res->leaks;
+            res->corruptions_fixed += res->corruptions;
+            res->leaks_fixed += res->leaks;
         }
     }
     if (r == 0) {
