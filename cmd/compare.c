@@ -180,8 +180,10 @@ static int compare_run(int argc, char **argv)
     co.progress = cmd_progress_cb;
     co.progress_opaque = &prog;
     r = blk_compare(a, b, &co, &res);
-    if (r == 0 && res.verdict == BLK_CMP_IDENTICAL) {
-        cmd_progress_finish(&prog, MAX(blk_image_size(a), blk_image_size(b))); /* to the end */
+    if (r == 0 && (res.verdict == BLK_CMP_IDENTICAL || res.verdict == BLK_CMP_DATA_DIFFERS)) {
+        /* The comparison is over, at the end or at the first difference:
+         * the last line says 100%, as the man page promises. */
+        cmd_progress_finish(&prog, MAX(blk_image_size(a), blk_image_size(b)));
     } else if (r < 0 || res.verdict != BLK_CMP_SIZE_DIFFERS) {
         cmd_progress_abort(&prog); /* a line was drawn: end it */
     }
