@@ -195,7 +195,14 @@ static int check_downgrade(struct qcow2_state *s, const struct amend_req *q)
                                      "existing compressed clusters");
         }
     }
-    return 0;
+    /* Ours: the bitmaps go with their clusters, which must be theirs. */
+    struct qcow2_free_list bitmap_clusters = {0};
+    r = qcow2_collect_bitmap_clusters_locked(s, &bitmap_clusters);
+    if (r == 0) {
+        r = qcow2_check_free_list_locked(s, &bitmap_clusters);
+    }
+    free(bitmap_clusters.v);
+    return r;
 }
 
 /* Every refusal, before anything is written. */

@@ -130,6 +130,9 @@ static int expand_l2_locked(struct qcow2_state *s, uint64_t l2_off, bool below, 
     bool dirty = false;
     int r = check_cluster(s, l2_off, "L2 table");
 
+    if (r == 0 && qcow2_overlaps_metadata_other_locked(s, l2_off, s->cluster_size, QCOW2_META_L2)) {
+        r = err_setx(EINVAL, "qcow2: L2 table at 0x%" PRIx64 " overlaps other metadata", l2_off);
+    }
     if (r == 0) {
         r = blk_pread(s->file, l2_off, l2, s->cluster_size);
     }
@@ -244,6 +247,55 @@ int qcow2_collect_bitmap_clusters_locked(struct qcow2_state *s, struct qcow2_fre
         if (r == 0) {
             r = add_range(fl, bm->table_offset, ROUND_UP(bytes, cs));
         }
+    }
+    return r;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Freeing fl must drop each cluster's refcount by the times it is listed,
+ * and touch no other metadata: a hostile bitmap table could name the
+ * refcount table, or one cluster twice. */
+int qcow2_check_free_list_locked(struct qcow2_state *s, const struct qcow2_free_list *fl)
+{
+    size_t n = 0;
+    int r = 0;
+
+    for (size_t i = 0; i < fl->n; i++) {
+        n += fl->v[i].bytes >> s->cluster_bits;
+    }
+    CLEANUP_FREE uint64_t *c = malloc((n ? n : 1) * sizeof *c);
+    if (!c) {
+        return err_set(ENOMEM, "qcow2: cluster list");
+    }
+    n = 0;
+    for (size_t i = 0; i < fl->n; i++) {
+        for (uint64_t off = fl->v[i].offset; off < fl->v[i].offset + fl->v[i].bytes;
+             off += s->cluster_size) {
+            c[n++] = off;
+        }
+    }
+    qsort(c, n, sizeof *c, cmp_u64);
+    for (size_t i = 0; r == 0 && i < n;) {
+        size_t j = i;
+        uint64_t refs;
+        while (j < n && c[j] == c[i]) {
+            j++;
+        }
+        r = qcow2_get_refcount_locked(s, c[i] >> s->cluster_bits, &refs);
+        if (r == 0 && (refs < j - i || qcow2_overlaps_metadata_other_locked(
+                                           s, c[i], s->cluster_size, QCOW2_META_BITMAPS))) {
+            r = err_setx(EINVAL,
+                         "qcow2: bitmap cluster 0x%" PRIx64 " is also used elsewhere (run "
+                         "'diskimg check -r all', or remove the bitmaps)",
+                         c[i]);
+        }
+        i = j;
     }
     return r;
 }

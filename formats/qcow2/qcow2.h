@@ -421,6 +421,8 @@ int qcow2_has_compressed_clusters_locked(struct qcow2_state *s, bool *found);
 int qcow2_expand_zero_clusters_locked(struct qcow2_state *s, struct amend_progress *p);
 /* The bitmaps' directory, tables and data, appended to fl. */
 int qcow2_collect_bitmap_clusters_locked(struct qcow2_state *s, struct qcow2_free_list *fl);
+/* Can fl be freed without touching other metadata or a refcount below 0? */
+int qcow2_check_free_list_locked(struct qcow2_state *s, const struct qcow2_free_list *fl);
 /* Forget the bitmaps and drop their extension from s->hdr (in memory). */
 void qcow2_drop_bitmaps_locked(struct qcow2_state *s);
 

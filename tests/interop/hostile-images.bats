@@ -156,3 +156,9 @@ walk() {
 @test "hostile images: convert to raw" {
     walk convert
 }
+
+# amend rewrites the refcounts, then downgrades (zero clusters in every
+# L2 table, bitmaps dropped), on a copy of each image opened for writing.
+@test "hostile images: amend (refcount rewrite, downgrade)" {
+    walk amend
+}

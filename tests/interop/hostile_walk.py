@@ -11,7 +11,7 @@ stderr) and exits 1 if there was any.
 
 usage: hostile_walk.py MODE CORPUS WORKDIR
 MODE: info, info-json, backing-chain, map-json, check, check-repair,
-      serve, convert
+      serve, convert, amend
 """
 
 import concurrent.futures
@@ -179,6 +179,7 @@ def walk(mode, corpus, work):
         "check-repair": lambda i, s: check_repair(i, work, s),
         "serve": lambda i, s: serve_one(i, corpus, work, s),
         "convert": lambda i, s: convert_one(i, work, s),
+        "amend": lambda i, s: amend_one(i, work, s),
     }
     job = jobs[mode]
     failures = []
@@ -219,6 +220,23 @@ def convert_one(img, work, slot):
     if why is None and r.status != 0:
         why = not_one_line_error("convert", r)
     return why, r.err
+
+
+def amend_one(img, work, slot):
+    """The refcount rewrite, then the downgrade, on a copy: each may refuse
+    the image, in one line, but never crash."""
+    copy = os.path.join(work, "amend-%d.qcow2" % slot)
+    shutil.copyfile(img, copy)
+    why, err = None, b""
+    for opts in ("refcount_bits=64", "compat=0.10,refcount_bits=16"):
+        r = run([DISKIMG, "amend", "--untrusted", "-f", "qcow2", "-o", opts, copy])
+        why, err = crashed("amend -o " + opts, r), r.err
+        if why is None and r.status != 0:
+            why = not_one_line_error("amend -o " + opts, r)
+        if why:
+            break
+    os.unlink(copy)
+    return why, err
 
 
 if __name__ == "__main__":
