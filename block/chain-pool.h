@@ -3,15 +3,29 @@
 #ifndef DISKIMG_BLOCK_CHAIN_POOL_H
 #define DISKIMG_BLOCK_CHAIN_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "chain.h"
 
-/* Work on [off, off+len) of the image with two scratch buffers of the
- * chunk size each; adds the bytes it wrote to *written (for -r).  Return
- * 0 or -errno with a message set. */
-typedef int (*blk_chain_fn)(void *opaque, uint64_t off, uint64_t len, uint8_t *a, uint8_t *b,
-                            uint64_t *written);
+/* One chunk of the image being worked on, with two scratch buffers of
+ * the chunk size.  The function adds the bytes it wrote to 'written'
+ * (for -r). */
+struct blk_chain_chunk {
+    uint64_t off, len;
+    uint8_t *a, *b;
+    uint64_t written;
+    void *pool;    /* private to chain.c */
+    bool has_turn; /* private to chain.c */
+};
+/* Return 0 or -errno with a message set. */
+typedef int (*blk_chain_fn)(void *opaque, struct blk_chain_chunk *c);
+
+/* Call before writing: waits until every chunk before this one is done,
+ * so that writes land in offset order, as convert's do (an image that
+ * allocates as it is written, qcow2, stays laid out sequentially), while
+ * the reads of later chunks go on.  -ECANCELED when the work stopped. */
+int blk_chain_turn(struct blk_chain_chunk *c);
 
 /* Run fn over [0, size) in chunks of 'chunk' bytes (the last one may be
  * shorter) on o->workers threads, reporting progress, honouring cancel

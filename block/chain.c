@@ -132,6 +132,8 @@ struct pool {
     uint64_t next;    /* under lock: the next chunk to claim */
     uint64_t done;    /* under lock */
     uint64_t written; /* under lock: for the rate limit */
+    uint64_t turn;    /* under lock: where the chunk that may write starts */
+    pthread_cond_t turn_done;
     uint64_t start_ns;
     int err; /* under lock: the first error */
     char msg[512];
@@ -149,7 +151,42 @@ static void pool_fail(struct pool *p, int r)
         p->err = r;
         snprintf(p->msg, sizeof p->msg, "%s", err_msg_or(r));
     }
+    pthread_cond_broadcast(&p->turn_done);
     pthread_mutex_unlock(&p->lock);
+}
+
+int blk_chain_turn(struct blk_chain_chunk *c)
+{
+    struct pool *p = c->pool;
+    int r = 0;
+
+    if (c->has_turn) {
+        return 0;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (p->turn != c->off && !pool_stopped_locked(p)) {
+        pthread_cond_wait(&p->turn_done, &p->lock);
+    }
+    if (p->turn != c->off) {
+        r = err_setx(ECANCELED, "stopped");
+    }
+    pthread_mutex_unlock(&p->lock);
+    c->has_turn = r == 0;
+    return r;
+}
+
+/* A chunk is done: the next one may write. */
+static int pool_pass_turn(struct pool *p, struct blk_chain_chunk *c)
+{
+    int r = blk_chain_turn(c);
+
+    if (r == 0) {
+        pthread_mutex_lock(&p->lock);
+        p->turn = c->off + c->len;
+        pthread_cond_broadcast(&p->turn_done);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return r;
 }
 
 /* -r: sleep until the bytes written so far are within the rate. */
@@ -184,30 +221,33 @@ static void *pool_worker(void *arg)
         return NULL;
     }
     for (;;) {
-        uint64_t off, len, written = 0;
+        struct blk_chain_chunk c = {.a = a, .b = b, .pool = p};
         pthread_mutex_lock(&p->lock);
         if (pool_stopped_locked(p) || p->next >= p->size) {
             pthread_mutex_unlock(&p->lock);
             break;
         }
-        off = p->next;
-        len = MIN(p->chunk, p->size - off);
-        p->next += len;
+        c.off = p->next;
+        c.len = MIN(p->chunk, p->size - c.off);
+        p->next += c.len;
         pthread_mutex_unlock(&p->lock);
 
-        int r = p->fn(p->opaque, off, len, a, b, &written);
+        int r = p->fn(p->opaque, &c);
+        if (r == 0) {
+            r = pool_pass_turn(p, &c);
+        }
         if (r < 0) {
             pool_fail(p, r);
             break;
         }
         pthread_mutex_lock(&p->lock);
-        p->done += len;
+        p->done += c.len;
         uint64_t done = p->done;
         pthread_mutex_unlock(&p->lock);
         if (p->o->progress) {
             p->o->progress(p->o->progress_opaque, done, p->size);
         }
-        pool_throttle(p, written);
+        pool_throttle(p, c.written);
     }
     return NULL;
 }
@@ -225,6 +265,7 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, void *opaque,
         n = (unsigned)(size / chunk + 1); /* no idle threads for a small image */
     }
     pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.turn_done, NULL);
     p.start_ns = clock_ns();
     for (; started < n - 1; started++) {
         if (pthread_create(&threads[started], NULL, pool_worker, &p) != 0) {
@@ -236,11 +277,12 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, void *opaque,
         pthread_join(threads[i], NULL);
     }
     pthread_mutex_destroy(&p.lock);
-    if (p.err) {
-        return err_setx(-p.err, "%s", p.msg);
-    }
+    pthread_cond_destroy(&p.turn_done);
     if (p.o->cancel && *p.o->cancel) {
         return err_setx(EINTR, "interrupted");
+    }
+    if (p.err) {
+        return err_setx(-p.err, "%s", p.msg);
     }
     return 0;
 }

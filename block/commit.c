@@ -25,24 +25,28 @@ struct commit {
     unsigned flags; /* FUA when the cache mode writes through (-t) */
 };
 
-static int commit_range(struct commit *c, uint64_t off, uint64_t len, bool zero, uint8_t *buf)
+static int commit_range(struct commit *c, struct blk_chain_chunk *ch, uint64_t off, uint64_t len,
+                        bool zero)
 {
-    int r;
+    int r = zero ? 0 : blk_image_pread(c->img, off, ch->a, len);
 
+    if (r == 0) {
+        r = blk_chain_turn(ch);
+    }
+    if (r < 0) {
+        return r;
+    }
     if (zero) {
         return blk_pwrite_zeroes(c->base, off, len, BLK_REQ_MAY_UNMAP | c->flags);
     }
-    r = blk_image_pread(c->img, off, buf, len);
-    return r < 0 ? r : blk_pwrite(c->base, off, buf, len, c->flags);
+    return blk_pwrite(c->base, off, ch->a, len, c->flags);
 }
 
-static int commit_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *buf, uint8_t *unused,
-                        uint64_t *written)
+static int commit_chunk(void *opaque, struct blk_chain_chunk *ch)
 {
     struct commit *c = opaque;
 
-    (void)unused;
-    for (uint64_t pos = off, end = off + len; pos < end;) {
+    for (uint64_t pos = ch->off, end = ch->off + ch->len; pos < end;) {
         struct blk_extent e;
         int r = blk_image_block_status(c->img, pos, end - pos, &e);
         if (r < 0) {
@@ -50,11 +54,11 @@ static int commit_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *buf, 
         }
         /* depth is the holding layer + 1 (0: nothing holds it) */
         if (e.depth != 0 && e.depth <= c->base_depth) {
-            r = commit_range(c, pos, e.length, e.flags & BLK_EXT_ZERO, buf);
+            r = commit_range(c, ch, pos, e.length, e.flags & BLK_EXT_ZERO);
             if (r < 0) {
                 return r;
             }
-            *written += e.length;
+            ch->written += e.length;
         }
         pos += e.length;
     }

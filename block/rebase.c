@@ -45,22 +45,25 @@ static bool unit_differs(const uint8_t *old, const uint8_t *new, uint64_t len)
 
 /* Keep what the guest reads in [off, off+len): write old (zeroes when
  * NULL) into the top layer. */
-static int keep_old(struct rebase *rb, uint64_t off, uint64_t len, const uint8_t *old,
-                    uint64_t *written)
+static int keep_old(struct rebase *rb, struct blk_chain_chunk *c, uint64_t off, uint64_t len,
+                    const uint8_t *old)
 {
-    int r = old ? blk_image_pwrite(rb->img, off, old, len, 0)
-                : blk_image_pwrite_zeroes(rb->img, off, len, 0);
+    int r = blk_chain_turn(c);
 
     if (r == 0) {
-        *written += len;
+        r = old ? blk_image_pwrite(rb->img, off, old, len, 0)
+                : blk_image_pwrite_zeroes(rb->img, off, len, 0);
+    }
+    if (r == 0) {
+        c->written += len;
     }
     return r;
 }
 
 /* Write the units of [off, off+len) where old and new differ, runs of
  * them at once.  old and new: the range's bytes, NULL for zeroes. */
-static int write_differences(struct rebase *rb, uint64_t off, uint64_t len, const uint8_t *old,
-                             const uint8_t *new, uint64_t *written)
+static int write_differences(struct rebase *rb, struct blk_chain_chunk *c, uint64_t off,
+                             uint64_t len, const uint8_t *old, const uint8_t *new)
 {
     uint64_t run = 0, run_len = 0;
 
@@ -75,7 +78,7 @@ static int write_differences(struct rebase *rb, uint64_t off, uint64_t len, cons
             run_len += next - p;
         }
         if (run_len && (!differs || next == off + len)) {
-            int r = keep_old(rb, run, run_len, old ? old + (run - off) : NULL, written);
+            int r = keep_old(rb, c, run, run_len, old ? old + (run - off) : NULL);
             if (r < 0) {
                 return r;
             }
@@ -89,9 +92,10 @@ static int write_differences(struct rebase *rb, uint64_t off, uint64_t len, cons
 /* [off, off+*len) is not held by the top layer and reads as zeroes now
  * when old_zero.  Shortens *len to a range of one kind in the new
  * backing file and makes the top layer read the same there. */
-static int rebase_range(struct rebase *rb, uint64_t off, uint64_t *len, bool old_zero, uint8_t *old,
-                        uint8_t *new, uint64_t *written)
+static int rebase_range(struct rebase *rb, struct blk_chain_chunk *c, uint64_t off, uint64_t *len,
+                        bool old_zero)
 {
+    uint8_t *old = c->a, *new = c->b;
     bool new_zero = true;
     int r;
 
@@ -114,15 +118,14 @@ static int rebase_range(struct rebase *rb, uint64_t off, uint64_t *len, bool old
     if (!new_zero && (r = blk_image_pread(rb->newb, off, new, *len)) < 0) {
         return r;
     }
-    return write_differences(rb, off, *len, old_zero ? NULL : old, new_zero ? NULL : new, written);
+    return write_differences(rb, c, off, *len, old_zero ? NULL : old, new_zero ? NULL : new);
 }
 
-static int rebase_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *old, uint8_t *new,
-                        uint64_t *written)
+static int rebase_chunk(void *opaque, struct blk_chain_chunk *c)
 {
     struct rebase *rb = opaque;
 
-    for (uint64_t pos = off, end = off + len; pos < end;) {
+    for (uint64_t pos = c->off, end = c->off + c->len; pos < end;) {
         struct blk_extent e;
         int r = blk_image_block_status(rb->img, pos, end - pos, &e);
         if (r < 0) {
@@ -133,7 +136,7 @@ static int rebase_chunk(void *opaque, uint64_t off, uint64_t len, uint8_t *old, 
          * nothing holds it, or only the new backing file and below. */
         bool same = e.depth == 1 || (rb->new_depth && (e.depth == 0 || e.depth > rb->new_depth));
         if (!same) {
-            r = rebase_range(rb, pos, &n, e.flags & BLK_EXT_ZERO, old, new, written);
+            r = rebase_range(rb, c, pos, &n, e.flags & BLK_EXT_ZERO);
             if (r < 0) {
                 return r;
             }
