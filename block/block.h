@@ -521,9 +521,10 @@ int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct b
 int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64_t *bytes);
 /* Copy src's bytes [off, off + len) to dst at 0, in order (dd).  Ranges
  * that read as zeroes are skipped when dst_zero says dst reads as zeroes
- * there, else written as zeroes. */
+ * there, else written as zeroes.  Stops with -EINTR once *cancel is set
+ * (cancel may be NULL). */
 int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_image *dst,
-                bool dst_zero);
+                bool dst_zero, volatile sig_atomic_t *cancel);
 
 /* ---- Consistency check (qemu-img check) ---- */
 

@@ -74,7 +74,7 @@ int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64
 #define COPY_RANGE_CHUNK (1u << 20)
 
 int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_image *dst,
-                bool dst_zero)
+                bool dst_zero, volatile sig_atomic_t *cancel)
 {
     CLEANUP_FREE void *buf = NULL;
     int r;
@@ -89,6 +89,9 @@ int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_im
         struct blk_extent e;
         uint64_t n = MIN(len - pos, (uint64_t)COPY_RANGE_CHUNK);
 
+        if (cancel && *cancel) {
+            return err_setx(EINTR, "dd: interrupted");
+        }
         r = blk_image_block_status(src, off + pos, n, &e);
         if (r < 0) {
             return r;

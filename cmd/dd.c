@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static void dd_usage(FILE *f)
             "OUTPUT's virtual size is min(count * bs, INPUT's size) - skip * bs.\n"
             "\n"
             "Exit status: 0 success, 1 failure (OUTPUT is removed), 2 bad usage,\n" CMD_IN_USE_HELP
-            ".\n"
+            ",\n128 + N stopped by signal N (OUTPUT is removed).\n"
             "See diskimg-dd(1).\n");
 }
 
@@ -167,6 +168,15 @@ static bool dd_window(const struct dd_args *a, uint64_t in_size, uint64_t *off, 
     return true;
 }
 
+/* Ctrl-C or a kill: stop, and remove the output (exit 128 + signal). */
+static volatile sig_atomic_t dd_cancel;
+
+static void on_signal(int sig)
+{
+    dd_cancel = sig;
+    diskimg_interrupted = 1; /* an NBD handshake in progress gives up too */
+}
+
 static bool regular_file(const char *path)
 {
     struct stat st;
@@ -220,7 +230,7 @@ static int dd_copy(struct dd_args *a, struct blk_image *src, bool *created)
         zero = false;
     }
     if (r == 0) {
-        r = blk_dd_copy(src, off, len, dst, zero);
+        r = blk_dd_copy(src, off, len, dst, zero, &dd_cancel);
     }
     if (r == 0) {
         r = blk_image_flush(dst);
@@ -251,6 +261,10 @@ static int dd_run(int argc, char **argv)
     if (r != 0) {
         return r < 0 ? EXIT_OK : r;
     }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     r = same_file_check(a.in.filename, a.out_name);
     if (r < 0) {
         cmd_print_error(r);
@@ -266,6 +280,9 @@ static int dd_run(int argc, char **argv)
         cmd_print_error(r);
     }
     blk_image_close(src);
+    if (r < 0 && dd_cancel) {
+        return 128 + dd_cancel; /* interrupted, wherever it happened */
+    }
     return r < 0 ? cmd_status(r, EXIT_ERROR) : EXIT_OK;
 }
 

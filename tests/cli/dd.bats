@@ -11,8 +11,11 @@ bats_require_minimum_version 1.5.0
 
 setup() { setup_test; }
 teardown() {
-    # the qemu-nbd this test started, by its PID
-    [[ ! -s $TEST_DIR/qemu-nbd.pid ]] || kill "$(cat "$TEST_DIR/qemu-nbd.pid")" 2>/dev/null || true
+    # the servers this test started, by their PIDs
+    local f
+    for f in "$TEST_DIR/qemu-nbd.pid" "$TEST_DIR/nbdkit.pid"; do
+        [[ ! -s $f ]] || kill "$(cat "$f")" 2>/dev/null || true
+    done
     cleanup_test
 }
 
@@ -177,4 +180,29 @@ same_dd() {
     [[ ! -e $TEST_DIR/o.raw ]]
     run -0 "$DISKIMG" dd -U if="$TEST_DIR/in.raw" of="$TEST_DIR/o.raw" bs=64k count=2
     cmp "$TEST_DIR/o.raw" <(head -c 131072 "$TEST_DIR/in.raw")
+}
+
+@test "dd: interrupted, it stops and removes its output (exit 128 + signal)" {
+    require_tool nbdkit
+    local sock=$TEST_DIR/n.sock i pid rc=0
+    # a slow input: every 1 MiB read takes 200 ms
+    nbdkit -f -U "$sock" --filter=delay pattern size=64M rdelay=200ms &
+    echo $! >"$TEST_DIR/nbdkit.pid"
+    for ((i = 0; i < 100; i++)); do
+        [[ ! -S $sock ]] || break
+        sleep 0.05
+    done
+    "$DISKIMG" dd -f raw if="nbd+unix:///?socket=$sock" of="$TEST_DIR/o.raw" bs=1M \
+        2>"$TEST_DIR/err" &
+    pid=$!
+    for ((i = 0; i < 100; i++)); do
+        [[ ! -e $TEST_DIR/o.raw ]] || break
+        sleep 0.05
+    done
+    sleep 0.3
+    kill -TERM "$pid"
+    wait "$pid" || rc=$?
+    [[ $rc -eq 143 ]] || { echo "exit $rc: $(cat "$TEST_DIR/err")" >&2; return 1; }
+    [[ ! -e $TEST_DIR/o.raw ]]
+    assert_equal "$(cat "$TEST_DIR/err")" "diskimg: dd: interrupted"
 }
