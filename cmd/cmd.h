@@ -72,6 +72,12 @@ int cmd_status(int r, int other);
  * printing why (bad syntax, or more than CMD_MAX_IMAGE_SIZE). */
 int cmd_parse_image_size(const char *sub, const char *arg, uint64_t *out);
 
+struct blk_image_opts;
+/* -l SNAPSHOT (convert, measure), as qemu-img takes it: an ID or a name,
+ * or "snapshot.id=ID[,snapshot.name=NAME]" (split in place; the name
+ * wins when both are given); sets the image's "snapshot" key.  Returns 0
+ * or EXIT_USAGE after printing why. */
+int cmd_snapshot_param(const char *sub, char *arg, struct blk_image_opts *o);
 /* --output=human|json; returns 0 or EXIT_USAGE after printing why. */
 int cmd_parse_output(const char *sub, const char *arg, bool *json);
 /* Append a repeated -o: "a=1" then "b=2" gives "a=1,b=2" (qemu-img merges

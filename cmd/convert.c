@@ -293,7 +293,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             o->create.backing_format = optarg;
             break;
         case 'l':
-            blk_kv_set(&o->src.options, "snapshot", optarg); /* for its format driver */
+            if ((r = cmd_snapshot_param("convert", optarg, &o->src)) != 0) {
+                return r;
+            }
             break;
         case 'U':
             o->src.force_share = true; /* the target is written: never shared */

@@ -88,6 +88,9 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
             }
             break;
         case 'l':
+            if ((r = cmd_snapshot_param("measure", optarg, &a->img)) != 0) {
+                return r;
+            }
             a->snapshot = optarg;
             break;
         case 'U':
@@ -125,9 +128,6 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
     }
     if (!a->img.filename && !a->size_given) {
         return cmd_usage_error("measure", "either --size N or one IMAGE must be given");
-    }
-    if (a->snapshot) {
-        blk_kv_set(&a->img.options, "snapshot", a->snapshot); /* for its format driver */
     }
     a->out.options = a->options;
     return 0;

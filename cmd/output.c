@@ -44,6 +44,34 @@ int cmd_parse_image_size(const char *sub, const char *arg, uint64_t *out)
     return 0;
 }
 
+int cmd_snapshot_param(const char *sub, char *arg, struct blk_image_opts *o)
+{
+    const char *id = NULL, *name = NULL;
+
+    if (strncmp(arg, "snapshot.", 9) != 0) {
+        blk_kv_set(&o->options, "snapshot", arg); /* for its format driver */
+        return 0;
+    }
+    for (char *item = arg, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) {
+            *next++ = '\0';
+        }
+        if (strncmp(item, "snapshot.id=", 12) == 0) {
+            id = item + 12;
+        } else if (strncmp(item, "snapshot.name=", 14) == 0) {
+            name = item + 14;
+        } else {
+            return cmd_usage_error(sub,
+                                   "invalid snapshot parameter '%s' (snapshot.id=ID, "
+                                   "snapshot.name=NAME, or an ID or name)",
+                                   item);
+        }
+    }
+    blk_kv_set(&o->options, "snapshot", name ? name : id ? id : "");
+    return 0;
+}
+
 bool cmd_append_options(char **list, const char *more)
 {
     size_t old = *list ? strlen(*list) : 0, add = strlen(more);

@@ -120,6 +120,12 @@ make_sources() {
     same_measure -f raw -O qcow2 mixed.qcow2
     same_measure -O qcow2 -l s1 snap.qcow2
     same_measure -O qcow2 -o cluster_size=4k -l 1 snap.qcow2
+    same_measure -O qcow2 -l snapshot.name=s1 snap.qcow2
+    same_measure -O raw -l snapshot.id=1,snapshot.name=s1 snap.qcow2
+    # convert takes qemu-img's snapshot.* form of -l too
+    "$DISKIMG" convert -l snapshot.name=s1 snap.qcow2 ours.raw
+    qemu-img convert -l snapshot.id=1 snap.qcow2 theirs.raw
+    cmp ours.raw theirs.raw
     same_measure -U -O qcow2 bitmaps.qcow2
 }
 
@@ -219,6 +225,8 @@ make_sources() {
     assert_output --partial "invalid size 'lots'"
     run -2 "$DISKIMG" measure --size 8E
     assert_output --partial "too large"
+    run -2 "$DISKIMG" measure -l snapshot.bogus=1 "$a"
+    assert_output --partial "invalid snapshot parameter 'snapshot.bogus=1'"
     run -2 "$DISKIMG" measure --bogus
     assert_output --partial "unknown option '--bogus'"
 }
