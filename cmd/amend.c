@@ -24,7 +24,7 @@ static void amend_usage(FILE *f)
                "\n"
                "  -f, --format=FMT  image format (default: probe); only qcow2 can amend\n"
                "  -o OPTIONS        KEY=VALUE[,KEY=VALUE...] (may be repeated)\n"
-               "  -p, --progress    show progress\n"
+               "  -p, --progress    show progress: qemu-img's (NN.NN/100%%) line, on stderr\n"
                "  -q, --quiet       print nothing but errors\n"
                "  -t CACHE          cache mode (default: writeback)\n"
                "      --force       accepted for qemu-img compatibility (LUKS keyslots)\n"
