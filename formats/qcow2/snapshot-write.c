@@ -2,10 +2,11 @@
  * snapshots (qemu-img snapshot -c, -a, -d).  The table is read at open by
  * snapshot.c; this file changes it.
  *
- * Crash safety by shadow update.  Every change goes to clusters past the
- * end of the file: new L1 tables, copies of the active L2 tables whose
- * copied flags change, the new snapshot table, and a whole new refcount
- * structure counting the new state.  They are synced; then one write of
+ * Crash safety by shadow update.  Every change goes to clusters the old
+ * image does not use (its free holes, else past the end of the file): new
+ * L1 tables, copies of the active L2 tables whose copied flags change, the
+ * new snapshot table, and a whole new refcount structure counting the new
+ * state (at the end).  They are synced; then one write of
  * the header's bytes 24..71 (virtual size, L1 table, refcount table,
  * snapshot table: one sector) switches to them, and a sync makes that
  * durable.  A crash before the switch leaves the old image as it was (the
@@ -47,8 +48,10 @@
 /* The state being built, and where its new clusters go. */
 struct sn_ctx {
     struct qcow2_state *s;
-    uint64_t old_len; /* file length before: truncated back to on failure */
-    uint64_t next;    /* next free byte past everything the old image uses */
+    uint64_t old_len;   /* file length before: truncated back to on failure */
+    uint64_t next;      /* next free byte past everything the old image uses */
+    uint64_t hole_hint; /* first cluster a free run may start at */
+    bool use_holes;     /* counted: what may fail (overflow) has been seen */
 
     uint64_t *l1; /* the new active L1 table, host order */
     uint32_t l1_size;
@@ -70,19 +73,70 @@ struct sn_ctx {
 
 /* ---- writing new clusters ---- */
 
-/* Take whole clusters at the end for bytes of new metadata, zero-padded. */
+/* Is cluster k free in the old image (refcount 0, no metadata there:
+ * nothing it uses can point at it) and unused by the new one so far? */
+static int free_in_both(struct sn_ctx *x, uint64_t k, bool *free_)
+{
+    struct qcow2_state *s = x->s;
+    uint64_t rc;
+    int r = qcow2_get_refcount_locked(s, k, &rc);
+
+    *free_ = r == 0 && rc == 0 && (k >= x->n_counts || x->counts[k] == 0) &&
+             !qcow2_overlaps_metadata_locked(s, k << s->cluster_bits, s->cluster_size);
+    return r;
+}
+
+/* Where n clusters of new metadata go: once the new state is counted
+ * (the L2 copies, the bulk of it), the first free run inside the old file
+ * (the holes earlier changes left), else the end.  Runs are taken in file
+ * order, so none is taken twice.  Before the count, always the end: a
+ * refused change (refcount overflow) then leaves the file as it was once
+ * truncated back. */
+static int take_clusters(struct sn_ctx *x, uint64_t n, uint64_t *offset)
+{
+    struct qcow2_state *s = x->s;
+    uint64_t end = ROUND_UP(x->old_len, s->cluster_size) >> s->cluster_bits;
+    uint64_t k = MAX(x->hole_hint, 1), run = 0;
+    bool f;
+
+    while (x->use_holes && run < n && k + n <= end) {
+        int r = free_in_both(x, k + run, &f);
+        if (r < 0) {
+            return r;
+        }
+        if (f) {
+            run++;
+        } else {
+            k += run + 1;
+            run = 0;
+        }
+    }
+    if (x->use_holes && run == n) {
+        x->hole_hint = k + n;
+        *offset = k << s->cluster_bits;
+        return 0;
+    }
+    if (x->use_holes) {
+        x->hole_hint = k; /* no run of n starts before k */
+    }
+    *offset = x->next;
+    x->next += n << s->cluster_bits;
+    return 0;
+}
+
+/* Place bytes of new metadata in whole clusters, zero-padded. */
 static int put_new(struct sn_ctx *x, const void *buf, uint64_t bytes, uint64_t *offset)
 {
     uint64_t cs = x->s->cluster_size, len = ROUND_UP(bytes ? bytes : 1, cs);
     CLEANUP_FREE uint8_t *pad = calloc(1, len);
+    int r;
 
     if (!pad) {
         return err_set(ENOMEM, "qcow2: %" PRIu64 " bytes of metadata", len);
     }
     memcpy(pad, buf, bytes);
-    *offset = x->next;
-    x->next += len;
-    return blk_pwrite(x->s->file, *offset, pad, len, 0);
+    r = take_clusters(x, len / cs, offset);
+    return r < 0 ? r : blk_pwrite(x->s->file, *offset, pad, len, 0);
 }
 
 static int write_l1(struct sn_ctx *x, const uint64_t *l1, uint32_t n, uint64_t offset)
@@ -437,6 +491,7 @@ static int commit_locked(struct sn_ctx *x)
         r = count_new_state(x);
     }
     if (r == 0) {
+        x->use_holes = true;
         r = fix_active_flags(x);
     }
     if (r == 0) {

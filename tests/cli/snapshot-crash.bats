@@ -103,6 +103,13 @@ base() {
     "$DISKIMG" snapshot -c three "$img"
     qemu-img check "$img"
     [[ "$(tags "$img")" == "three " ]]
+    # Now the file has holes (what the changes before freed), where new
+    # L2 tables go: the walk again, over them.
+    qemu-io -f qcow2 -c 'write -P 6 0 6M' "$img" >/dev/null
+    crash_walk "$img" "-c four" "$img" "$img"
+    # It grew by its L1 tables, snapshot table and refcount structure (5
+    # clusters), not by the 4 L2 tables too.
+    [[ $(stat -c %s "$TEST_DIR/work.qcow2") -le $(($(stat -c %s "$img") + 5 * 4096)) ]]
     "$DISKIMG" snapshot -a three "$img"
     qemu-img check "$img"
 }
