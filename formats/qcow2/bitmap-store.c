@@ -23,10 +23,12 @@
 #include "common/log.h"
 #include "qcow2.h"
 
-/* Where a bitmap's table lives: the old one (to free) and the new one. */
+/* Where a bitmap's table lives (the old one, to free, or the new one),
+ * and where its entry starts in the new directory. */
 struct table_loc {
     uint64_t offset;
     uint32_t size;
+    uint64_t dir_pos;
 };
 
 static bool all_zero(const uint8_t *p, uint64_t n)
@@ -120,8 +122,8 @@ static int free_table(struct qcow2_state *s, struct table_loc t)
 }
 
 /* The directory for the bitmaps as they will be: entries with the new
- * table locations; dir_pos set. */
-static int build_directory(struct qcow2_state *s, const struct table_loc *tables, uint8_t **out,
+ * table locations; tables[i].dir_pos set. */
+static int build_directory(struct qcow2_state *s, struct table_loc *tables, uint8_t **out,
                            uint64_t *len)
 {
     uint64_t size = 0, pos = 0;
@@ -139,7 +141,7 @@ static int build_directory(struct qcow2_state *s, const struct table_loc *tables
         return err_set(ENOMEM, "qcow2: bitmap directory");
     }
     for (uint32_t i = 0; i < s->n_bitmaps; i++) {
-        struct qcow2_bitmap *bm = &s->bitmaps[i];
+        const struct qcow2_bitmap *bm = &s->bitmaps[i];
         uint8_t *e = dir + pos;
         size_t name_len = strlen(bm->name);
 
@@ -155,7 +157,7 @@ static int build_directory(struct qcow2_state *s, const struct table_loc *tables
             memcpy(e + QCOW2_BME_FIXED, bm->extra, bm->extra_data_size);
         }
         memcpy(e + QCOW2_BME_FIXED + bm->extra_data_size, bm->name, name_len);
-        bm->dir_pos = pos;
+        tables[i].dir_pos = pos;
         pos += ROUND_UP(QCOW2_BME_FIXED + (uint64_t)bm->extra_data_size + name_len, 8);
     }
     *out = dir;
@@ -289,6 +291,7 @@ int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap
         }
         bm->table_offset = tables[i].offset;
         bm->table_size = tables[i].size;
+        bm->dir_pos = tables[i].dir_pos; /* where mark_in_use_locked writes */
         bm->stale = false;
         if (!bm->tracked && bm->mem) {
             blk_bitmap_free(bm->mem);
