@@ -23,7 +23,7 @@ PACKAGES=(
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
     socat jq procps psmisc util-linux coreutils groff-base mandoc pigz
     libvmdk-utils python3-libvmdk libvhdi-utils python3-libvhdi
-    xfsprogs e2fsprogs
+    xfsprogs e2fsprogs strace
 )
 
 install_deps() {
