@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "block/block.h"
 #include "block/chain.h"
@@ -151,6 +152,17 @@ static char *backing_path(const char *overlay, const char *name)
     return out;
 }
 
+/* Would the image become its own backing file?  Refused in both modes:
+ * qemu-img -u writes such a header, which no tool can open again. */
+static bool names_itself(const char *overlay, const char *name)
+{
+    CLEANUP_FREE char *path = backing_path(overlay, name);
+    struct stat a, b;
+
+    return path && stat(overlay, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 /* Safe mode's data step, with the new backing file open. */
 static int rebase_data(struct rebase_args *a, struct blk_image *img)
 {
@@ -213,6 +225,13 @@ static int rebase_run(int argc, char **argv)
         fprintf(stderr,
                 "diskimg: Could not change the backing file to '%s': backing format must be "
                 "specified (-F)\n",
+                esc ? esc : "?");
+        return EXIT_ERROR;
+    }
+    if (a.name && names_itself(a.img.filename, a.name)) {
+        CLEANUP_FREE char *esc = str_escape(a.name);
+        fprintf(stderr,
+                "diskimg: Could not change the backing file to '%s': that is the image itself\n",
                 esc ? esc : "?");
         return EXIT_ERROR;
     }

@@ -123,6 +123,8 @@ same_as_qemu() {
     [[ $status -eq 1 && $stderr == *"Could not open new backing file"* ]]
     run --separate-stderr "$DISKIMG" rebase top.qcow2
     [[ $status -eq 2 && $stderr == *"Must specify backing file (-b) or use unsafe mode (-u)"* ]]
+    run --separate-stderr "$DISKIMG" rebase -u -b ../${TEST_DIR##*/}/top.qcow2 -F qcow2 top.qcow2
+    [[ $status -eq 1 && $stderr == *"that is the image itself"* ]]
     run --separate-stderr "$DISKIMG" rebase --untrusted -b new.raw -F raw top.qcow2
     [[ $status -eq 1 && $stderr == *"refusing to open backing file 'mid.qcow2'"* ]]
     cmp top.qcow2 orig.qcow2
