@@ -3,8 +3,10 @@
 # (qemu-img compare), qemu-img check, the backing fields qemu-img info
 # reads, and the allocation map qemu-img rebase leaves on the same input;
 # -u, -b "", backing files of other sizes and inside the old chain;
-# errors leave the image unchanged; kill -9 at any moment of a safe
-# rebase leaves an image that reads as before.
+# errors leave the image unchanged; killed (SIGKILL) before each of its
+# writes and syncs in turn (tests/preload/kill-after.c), and at random
+# moments of a longer writethrough run, a safe rebase leaves an image that
+# reads as before, with the old backing file or the new one.
 
 load '../helpers'
 bats_require_minimum_version 1.5.0
@@ -14,6 +16,18 @@ setup() {
     cd "$TEST_DIR"
 }
 teardown() { cleanup_test; }
+
+KILL_LIB=${DISKIMG_KILL_AFTER_LIB:-$BATS_TEST_DIRNAME/../../build/tests/kill-after.so}
+
+# killed_after N ARGS...: diskimg ARGS, killed (SIGKILL) just before its
+# Nth write, sync or truncate (tests/preload/kill-after.c); its status.
+killed_after() {
+    local n=$1 rc=0
+    shift
+    { LD_PRELOAD=$KILL_LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+        DISKIMG_KILL_AFTER=$n "$DISKIMG" "$@"; } >/dev/null 2>&1 || rc=$?
+    return $rc
+}
 
 # A chain base.qcow2 <- mid.qcow2 <- top.qcow2 (4 MiB), and new.raw.
 # base: 0x11 in 0-1M, 0x12 in 2M-2.5M; mid: 0x21 in 1M-1.5M, zeroes at
@@ -156,7 +170,7 @@ same_as_qemu() {
     qemu-img convert -O raw o.qcow2 o.raw
     cp o.qcow2 o.orig
     local killed=0 pid
-    for i in 1 2 3 4 5 6; do
+    for i in 1 2 3; do
         cp o.orig o.qcow2
         "$DISKIMG" rebase -t writethrough -b "" o.qcow2 &
         pid=$!
@@ -171,4 +185,21 @@ same_as_qemu() {
     "$DISKIMG" rebase -b "" o.qcow2
     qemu-img compare -F raw o.qcow2 o.raw
     qemu-img check -q o.qcow2 || [[ $? -eq 3 ]]
+}
+
+@test "rebase: killed at each of its writes and syncs, the image reads as before" {
+    make_chain
+    local n rc b
+    for n in $(seq 1 60); do
+        cp top.qcow2 o.qcow2
+        rc=0
+        killed_after "$n" rebase -b new.raw -F raw o.qcow2 || rc=$?
+        [[ $rc -eq 0 || $rc -eq 137 ]] || { echo "killed after $n: exit $rc" >&2; return 1; }
+        qemu-img check -q o.qcow2 || [[ $? -eq 3 ]]
+        qemu-img compare -q -F raw o.qcow2 view.raw || { echo "killed after $n" >&2; return 1; }
+        b=$(qemu-img info --output=json o.qcow2 | grep '"backing-filename"')
+        [[ $b == *'"mid.qcow2"'* || $b == *'"new.raw"'* ]]
+        [[ $rc -ne 0 ]] || break
+    done
+    [[ $rc -eq 0 && $n -gt 5 && $b == *new.raw* ]]
 }
