@@ -170,7 +170,7 @@ same_as_qemu() {
     qemu-img convert -O raw o.qcow2 o.raw
     cp o.qcow2 o.orig
     local killed=0 pid
-    for i in 1 2 3; do
+    for i in 1 2; do
         cp o.orig o.qcow2
         "$DISKIMG" rebase -t writethrough -b "" o.qcow2 &
         pid=$!
