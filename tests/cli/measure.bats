@@ -11,7 +11,11 @@ load '../helpers'
 bats_require_minimum_version 1.5.0
 
 setup() { setup_test; }
-teardown() { cleanup_test; }
+teardown() {
+    # the qemu-nbd this test started, by its PID
+    [[ ! -s $TEST_DIR/qemu-nbd.pid ]] || kill "$(cat "$TEST_DIR/qemu-nbd.pid")" 2>/dev/null || true
+    cleanup_test
+}
 
 # same_measure ARGS...: diskimg measure and qemu-img measure print the same
 # and exit alike, human and JSON.
@@ -229,4 +233,15 @@ make_sources() {
     assert_output --partial "invalid snapshot parameter 'snapshot.bogus=1'"
     run -2 "$DISKIMG" measure --bogus
     assert_output --partial "unknown option '--bogus'"
+}
+
+@test "measure: an image another process writes is refused (exit 5), -U measures it" {
+    require_tool qemu-nbd
+    qemu-img create -q -f qcow2 "$TEST_DIR/w.qcow2" 64M
+    qemu-io -f qcow2 -c 'write -P 1 0 1M' "$TEST_DIR/w.qcow2" >/dev/null
+    qemu-nbd --fork --pid-file="$TEST_DIR/qemu-nbd.pid" -k "$TEST_DIR/q.sock" -f qcow2 \
+        "$TEST_DIR/w.qcow2"
+    run -5 "$DISKIMG" measure -O qcow2 "$TEST_DIR/w.qcow2"
+    assert_output --partial "-U (--force-share) reads it anyway"
+    same_measure -U -O qcow2 "$TEST_DIR/w.qcow2"
 }
