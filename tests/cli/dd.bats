@@ -75,8 +75,7 @@ same_dd() {
     local in ops
     for in in in.raw in.qcow2; do
         for ops in "bs=64k" "bs=64k count=10" "bs=64k skip=2 count=10" "bs=1.5k count=3" \
-            "bs=4k skip=100" "count=1k skip=7" "bs=1M count=1k" "bs=1000 skip=3 count=2999" \
-            "bs=64k skip=1 count=1"; do
+            "count=1k skip=7" "bs=1000 skip=3 count=2999" "bs=64k skip=1 count=1"; do
             # shellcheck disable=SC2086
             same_dd if="$TEST_DIR/$in" $ops
         done

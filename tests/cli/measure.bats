@@ -157,8 +157,8 @@ make_sources() {
     make_sources
     cd "$TEST_DIR"
     local s o req full size
-    for s in sparse.raw full.raw mixed.qcow2 snap.qcow2 overlay.qcow2; do
-        for o in "-O raw" "-O qcow2" "-O qcow2 -o cluster_size=4k" \
+    for s in sparse.raw full.raw mixed.qcow2 overlay.qcow2; do
+        for o in "-O raw" "-O qcow2 -o cluster_size=4k" \
             "-O qcow2 -o cluster_size=2M,refcount_bits=64" "-O qcow2 -o preallocation=full"; do
             # shellcheck disable=SC2086
             { read -r _ _ req; read -r _ _ _ full; } < <("$DISKIMG" measure $o "$s")
