@@ -21,6 +21,11 @@
 /* The top image and its backing files. */
 #define MAX_CHAIN (BLK_MAX_CHAIN_DEPTH + 1)
 
+/* Where the report goes: stdout, or with --backing-chain a buffer that
+ * reaches stdout only when the whole chain could be read, as qemu-img
+ * prints all of it or nothing. */
+static FILE *info_out;
+
 static void info_usage(FILE *f)
 {
     fprintf(f,
@@ -64,20 +69,20 @@ static void info_bitmaps_json(struct json_writer *w, const struct blk_image_info
 
 static void info_bitmaps_human(const struct blk_image_info *in)
 {
-    printf("    bitmaps:\n");
+    fprintf(info_out, "    bitmaps:\n");
     for (unsigned i = 0; i < in->n_bitmaps; i++) {
         const struct blk_bitmap_info *bm = &in->bitmaps[i];
         unsigned k = 0;
-        printf("        [%u]:\n            flags:\n", i);
+        fprintf(info_out, "        [%u]:\n            flags:\n", i);
         if (bm->in_use) {
-            printf("                [%u]: in-use\n", k++);
+            fprintf(info_out, "                [%u]: in-use\n", k++);
         }
         if (bm->enabled) {
-            printf("                [%u]: auto\n", k++);
+            fprintf(info_out, "                [%u]: auto\n", k++);
         }
         CLEANUP_FREE char *name = str_escape(bm->name);
-        printf("            name: %s\n            granularity: %" PRIu64 "\n", name ? name : "?",
-               bm->granularity);
+        fprintf(info_out, "            name: %s\n            granularity: %" PRIu64 "\n",
+                name ? name : "?", bm->granularity);
     }
 }
 
@@ -157,7 +162,9 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
         json_end_object(w);
     }
     if (in->backing_file) {
-        json_str(w, "full-backing-filename", in->full_backing_file);
+        if (in->full_backing_file) {
+            json_str(w, "full-backing-filename", in->full_backing_file);
+        }
         json_str(w, "backing-filename", in->backing_file);
     }
     if (!in->dirty_unknown) {
@@ -168,8 +175,9 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
 
 static void info_snapshots_human(const struct blk_image_info *in)
 {
-    printf("Snapshot list:\n");
-    printf("%-10s%-17s%8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK", "ICOUNT");
+    fprintf(info_out, "Snapshot list:\n");
+    fprintf(info_out, "%-10s%-17s%8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK",
+            "ICOUNT");
     for (unsigned i = 0; i < in->n_snapshots; i++) {
         const struct blk_snapshot_info *sn = &in->snapshots[i];
         char size[32], date[32], clock[32], icount[24];
@@ -185,8 +193,8 @@ static void info_snapshots_human(const struct blk_image_info *in)
         snprintf(icount, sizeof icount, "%" PRId64, sn->icount < 0 ? 0 : sn->icount);
         CLEANUP_FREE char *id = str_escape(sn->id);
         CLEANUP_FREE char *name = str_escape(sn->name);
-        printf("%-10s%-17s%8s%20s%13s%11s\n", id ? id : "?", name ? name : "?", size, date, clock,
-               icount);
+        fprintf(info_out, "%-10s%-17s%8s%20s%13s%11s\n", id ? id : "?", name ? name : "?", size,
+                date, clock, icount);
     }
 }
 
@@ -196,7 +204,7 @@ static void info_line(const char *label, const char *value)
 {
     CLEANUP_FREE char *esc = str_escape(value);
 
-    printf("%s: %s\n", label, esc ? esc : "?");
+    fprintf(info_out, "%s: %s\n", label, esc ? esc : "?");
 }
 
 static void info_human(const char *filename, const struct blk_image_info *in)
@@ -206,27 +214,29 @@ static void info_human(const char *filename, const struct blk_image_info *in)
     cmd_size_str(in->virtual_size, vsize, sizeof vsize);
     info_line("image", filename);
     info_line("file format", in->format);
-    printf("virtual size: %s (%" PRIu64 " bytes)\n", vsize, in->virtual_size);
+    fprintf(info_out, "virtual size: %s (%" PRIu64 " bytes)\n", vsize, in->virtual_size);
     if (in->actual_size >= 0) {
         cmd_size_str((uint64_t)in->actual_size, dsize, sizeof dsize);
-        printf("disk size: %s\n", dsize);
+        fprintf(info_out, "disk size: %s\n", dsize);
     } else {
-        printf("disk size: unavailable\n");
+        fprintf(info_out, "disk size: unavailable\n");
     }
     if (in->cluster_size) {
-        printf("cluster_size: %" PRIu64 "\n", in->cluster_size);
+        fprintf(info_out, "cluster_size: %" PRIu64 "\n", in->cluster_size);
     }
     if (in->dirty) {
-        printf("cleanly shut down: no\n");
+        fprintf(info_out, "cleanly shut down: no\n");
     }
     if (in->backing_file) {
         CLEANUP_FREE char *name = str_escape(in->backing_file);
         CLEANUP_FREE char *full = str_escape(in->full_backing_file);
-        printf("backing file: %s", name ? name : "?");
-        if (strcmp(in->backing_file, in->full_backing_file) != 0) {
-            printf(" (actual path: %s)", full ? full : "?");
+        fprintf(info_out, "backing file: %s", name ? name : "?");
+        if (!in->full_backing_file) {
+            fprintf(info_out, " (cannot determine actual path)"); /* relative, over NBD */
+        } else if (strcmp(in->backing_file, in->full_backing_file) != 0) {
+            fprintf(info_out, " (actual path: %s)", full ? full : "?");
         }
-        printf("\n");
+        fprintf(info_out, "\n");
         if (in->backing_format) {
             info_line("backing file format", in->backing_format);
         }
@@ -236,30 +246,30 @@ static void info_human(const char *filename, const struct blk_image_info *in)
     }
     if (in->n_fields) {
         int ind = 4; /* the indent, 4 more per nesting level */
-        printf("Format specific information:\n");
+        fprintf(info_out, "Format specific information:\n");
         for (unsigned i = 0; i < in->n_fields; i++) {
             const struct blk_info_field *f = &in->fields[i];
             switch (f->type) {
             case BLK_INFO_STR: {
                 CLEANUP_FREE char *v = str_escape(f->s);
-                printf("%*s%s: %s\n", ind, "", f->label, v ? v : "?");
+                fprintf(info_out, "%*s%s: %s\n", ind, "", f->label, v ? v : "?");
                 break;
             }
             case BLK_INFO_INT:
-                printf("%*s%s: %" PRId64 "\n", ind, "", f->label, f->i);
+                fprintf(info_out, "%*s%s: %" PRId64 "\n", ind, "", f->label, f->i);
                 break;
             case BLK_INFO_BOOL:
-                printf("%*s%s: %s\n", ind, "", f->label, f->b ? "true" : "false");
+                fprintf(info_out, "%*s%s: %s\n", ind, "", f->label, f->b ? "true" : "false");
                 break;
             case BLK_INFO_BITMAPS:
                 info_bitmaps_human(in);
                 break;
             case BLK_INFO_ARRAY:
-                printf("%*s%s:\n", ind, "", f->label);
+                fprintf(info_out, "%*s%s:\n", ind, "", f->label);
                 ind += 4;
                 break;
             case BLK_INFO_OBJECT:
-                printf("%*s[%" PRId64 "]:\n", ind, "", f->i);
+                fprintf(info_out, "%*s[%" PRId64 "]:\n", ind, "", f->i);
                 ind += 4;
                 break;
             case BLK_INFO_END:
@@ -360,7 +370,14 @@ static int info_run(int argc, char **argv)
         return cmd_usage_error("info", "--backing-chain opens the backing files, which "
                                        "--untrusted does not");
     }
-    json_init(&w, stdout, false);
+    char *buf = NULL;
+    size_t buf_len = 0;
+    info_out = chain ? open_memstream(&buf, &buf_len) : stdout;
+    if (!info_out) {
+        cmd_print_error(-errno);
+        return EXIT_ERROR;
+    }
+    json_init(&w, info_out, false);
     if (json && chain) {
         json_begin_array(&w, NULL);
     }
@@ -396,12 +413,23 @@ static int info_run(int argc, char **argv)
         if (r < 0) {
             break;
         }
+        if (chain && in.backing_file && !in.full_backing_file) {
+            /* a relative name in an NBD export: qemu-img's words */
+            CLEANUP_FREE char *esc = str_escape(in.backing_file);
+            fprintf(stderr,
+                    "diskimg: Could not determine absolute backing filename, but backing "
+                    "filename '%s' present\n",
+                    esc ? esc : "?");
+            blk_image_info_free(&in);
+            r = -1;
+            break;
+        }
         CLEANUP_FREE char *shown = cmd_display_name(name);
         if (json) {
             info_json(&w, shown ? shown : name, &in);
         } else {
             if (depth) {
-                printf("\n");
+                fprintf(info_out, "\n");
             }
             info_human(shown ? shown : name, &in);
         }
@@ -428,8 +456,15 @@ static int info_run(int argc, char **argv)
     if (json && chain) {
         json_end_array(&w);
     }
-    if (json && (r == 0 || chain)) {
+    if (json && r == 0) {
         json_finish(&w); /* nothing printed, nothing to end */
+    }
+    if (chain) {
+        fclose(info_out);
+        if (r == 0 && buf) {
+            fwrite(buf, 1, buf_len, stdout);
+        }
+        free(buf);
     }
     return r < 0 ? status : EXIT_OK;
 }

@@ -42,6 +42,16 @@ int fmt_named_path(const char *driver, const char *what, const char *image, cons
         return err_setx(EPERM, "%s: %s '%s' is not a file in the image's own directory", driver,
                         what, esc ? esc : "?");
     }
+    const struct blk_driver *proto = name[0] == '/' ? NULL : blk_protocol_for(image);
+    if (name[0] != '/' && (!proto || strcmp(proto->name, "file") != 0)) {
+        /* qemu: "Cannot generate a base directory for NBD nodes" */
+        CLEANUP_FREE char *esc = str_escape(name);
+        err_clear();
+        return err_setx(ENOTDIR,
+                        "%s: %s '%s' is relative, and an image that is no local file "
+                        "has no directory to find it in",
+                        driver, what, esc ? esc : "?");
+    }
     if (name[0] == '/' || !strchr(image, '/')) {
         /* absolute, or relative to an image in the current directory */
         *out = strdup(name);

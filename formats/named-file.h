@@ -24,7 +24,9 @@ enum {
  * (malloc'd): relative to the image's directory unless absolute.
  * 'driver' and 'what' ("backing file", "extent") name it in messages:
  * "DRIVER: WHAT 'NAME' names a protocol, ...".  -ENOTSUP or -EPERM with
- * a message when the name is refused. */
+ * a message when the name is refused; -ENOTDIR when it is relative and
+ * the image is no local file (an NBD export) with a directory to resolve
+ * it in. */
 int fmt_named_path(const char *driver, const char *what, const char *image, const char *name,
                    unsigned flags, char **out);
 

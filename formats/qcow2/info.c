@@ -29,8 +29,10 @@ int qcow2_get_info(struct blk_node *n, struct blk_image_info *info)
         if (h->backing_format) {
             info->backing_format = strdup(h->backing_format);
         }
-        if (qcow2_backing_path(s, &info->full_backing_file) < 0) {
-            info->full_backing_file = strdup(h->backing_file);
+        int r = qcow2_backing_path(s, &info->full_backing_file);
+        if (r < 0) {
+            /* no path at all where qemu cannot make one (NBD) */
+            info->full_backing_file = r == -ENOTDIR ? NULL : strdup(h->backing_file);
             err_clear();
         }
     }

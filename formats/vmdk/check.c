@@ -146,8 +146,10 @@ int vmdk_get_info(struct blk_node *n, struct blk_image_info *info)
     if (vmdk_has_parent(s)) {
         info->backing_file = strdup(s->desc.parent_hint);
         info->backing_format = strdup("vmdk"); /* qemu opens a parent as vmdk */
-        if (vmdk_parent_path(s, &info->full_backing_file) < 0) {
-            info->full_backing_file = strdup(s->desc.parent_hint);
+        int r = vmdk_parent_path(s, &info->full_backing_file);
+        if (r < 0) {
+            /* no path at all where qemu cannot make one (NBD) */
+            info->full_backing_file = r == -ENOTDIR ? NULL : strdup(s->desc.parent_hint);
             err_clear();
         }
     }

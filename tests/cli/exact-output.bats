@@ -149,6 +149,18 @@ report() {
     printf 'RW 2048 SPARSE "a-s001.vmdk"\nRW 2048 FLAT "c-flat.vmdk" 0\n' >>m.vmdk
     same_info m.vmdk vmdk
     compare_json_all "$TEST_DIR/json" >>"$FAILED" || true
+    # whole chains, and one whose middle is gone: all or nothing printed
+    for f in top mid noF overraw d-over midsnap; do
+        same info --backing-chain --output=json "$IMAGES/$f.qcow2"
+        same info --backing-chain "$IMAGES/$f.qcow2"
+    done
+    qemu-img create -q -f qcow2 -b "$IMAGES/top.qcow2" -F qcow2 over.qcow2
+    qemu-img create -q -f qcow2 -b gone.qcow2 -F qcow2 -u over-gone.qcow2 1M
+    qemu-img create -q -f qcow2 -b over-gone.qcow2 -F qcow2 -u over2.qcow2 1M
+    for f in over over2; do
+        same info --backing-chain --output=json $f.qcow2
+        same info --backing-chain $f.qcow2
+    done
     report
 }
 
@@ -233,6 +245,18 @@ nbd_same() {
     for _ in $(seq 100); do [[ -S $TEST_DIR/q.sock ]] && break; sleep 0.05; done
     nbd_same "nbd+unix:///disk?socket=$TEST_DIR/q.sock"
     nbd_same "nbd:unix:$TEST_DIR/q.sock:exportname=disk"
+    kill "$qpid"
+    wait "$qpid" || true
+    # a qcow2 overlay read through a raw export: its relative backing file
+    # has no directory to be found in ("cannot determine actual path"),
+    # and --backing-chain fails without printing anything
+    qemu-nbd -r -t -f raw -k "$TEST_DIR/r.sock" "$IMAGES/mid.qcow2" 2>/dev/null &
+    qpid=$!
+    for _ in $(seq 100); do [[ -S $TEST_DIR/r.sock ]] && break; sleep 0.05; done
+    same info --output=json "nbd+unix:///?socket=$TEST_DIR/r.sock"
+    same info "nbd+unix:///?socket=$TEST_DIR/r.sock"
+    same info --backing-chain "nbd+unix:///?socket=$TEST_DIR/r.sock"
+    same info --backing-chain --output=json "nbd+unix:///?socket=$TEST_DIR/r.sock"
     kill "$qpid"
     wait "$qpid" || true
     # TCP, with and without an export name, the port spelled or not
