@@ -149,6 +149,24 @@ q convert -f raw -O vpc -o subformat=fixed sparse.raw fixed.vpc
 out fixed.vpc vpc
 q convert -f raw -O vmdk -o subformat=monolithicFlat sparse.raw flat.vmdk
 out flat.vmdk vmdk
+q convert -f raw -O vmdk -o subformat=twoGbMaxExtentSparse sparse.raw split.vmdk
+out split.vmdk vmdk
+q convert -f raw -O vdi -o static=on sparse.raw static.vdi
+out static.vdi vdi
+q convert -f raw -O vhdx -o subformat=fixed sparse.raw fixed.vhdx
+out fixed.vhdx vhdx
+q create -f vmdk vbase.vmdk 4M
+io -f vmdk -c 'write -P 1 0 64k' vbase.vmdk
+q create -f vmdk -b vbase.vmdk -F vmdk vchild.vmdk
+io -f vmdk -c 'write -P 2 1M 64k' vchild.vmdk
+out vchild.vmdk vmdk
+# dirty (lazy refcounts, the writer crashed) and a bitmap left in use
+q create -f qcow2 -o lazy_refcounts=on dirty.qcow2 4M
+(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 1 0 1M' -c abort dirty.qcow2 >/dev/null) 2>/dev/null || true
+out dirty.qcow2 qcow2
+cp bitmap.qcow2 inuse.qcow2
+(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 1 0 64k' -c abort inuse.qcow2 >/dev/null) 2>/dev/null || true
+out inuse.qcow2 qcow2
 
 # images made by diskimg
 dq() { "$diskimg" "$@" >/dev/null; }
@@ -168,3 +186,10 @@ for f in vpc vmdk vhdx vdi; do
     dq convert -f raw -O $f sparse.raw "d.$f"
     out "d.$f" $f
 done
+for o in extended_l2=on preallocation=metadata refcount_bits=64; do
+    dq create -f qcow2 -o $o "d-${o%%=*}.qcow2" 4M
+    pattern qcow2 "d-${o%%=*}.qcow2"
+    out "d-${o%%=*}.qcow2" qcow2
+done
+dq convert -f raw -O vmdk -o subformat=streamOptimized sparse.raw d-stream.vmdk
+out d-stream.vmdk vmdk
