@@ -89,6 +89,7 @@ same_chains() {
     qemu-img compare -F raw d-base.qcow2 view.raw
     cmp d-top.qcow2 top.orig
     cmp d-mid.qcow2 mid.orig
+    [[ $(qemu-img info --backing-chain d-top.qcow2 | grep -c '^image: ') -eq 3 ]]
     # -d leaves the image as it was; an absolute name finds the base too.
     make_chain e
     "$DISKIMG" commit -q -d e-top.qcow2
@@ -96,6 +97,14 @@ same_chains() {
     [[ $(qemu-img map --output=json e-top.qcow2) == *'"depth": 0'* ]]
     "$DISKIMG" commit -q -b "$PWD/e-base.qcow2" e-top.qcow2
     qemu-img compare -F raw e-base.qcow2 view.raw
+    # -r: 1 MiB (what top and mid hold) at 2 MiB/s takes half a second.
+    make_chain r
+    local start end
+    start=$(date +%s%N)
+    "$DISKIMG" commit -q -r 2M -b r-base.qcow2 r-top.qcow2
+    end=$(date +%s%N)
+    [[ $((end - start)) -ge 450000000 ]]
+    qemu-img compare -F raw r-base.qcow2 view.raw
 }
 
 @test "commit: bases of every format diskimg writes; a shorter base grows" {
