@@ -115,11 +115,10 @@ int qcow2_make_empty(struct blk_node *n)
     uint64_t size = qcow2_virtual_size(s);
     uint64_t span = (uint64_t)s->l2_slice_entries << s->cluster_bits;
     unsigned since_flush = 0;
-    int r = qcow2_bitmaps_before_write(s, 0, size); /* every byte may read differently */
+    int r;
 
-    if (r < 0) {
-        return r;
-    }
+    /* No bitmap records this, as in qemu: after a commit the image reads
+     * as before (its data is in the backing file now). */
     if (s->read_only || s->snapshot_view) {
         return err_setx(EPERM, "%s is read-only", n->filename);
     }

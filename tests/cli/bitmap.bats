@@ -180,3 +180,35 @@ LIST
     [[ $(flags "$TEST_DIR/o.qcow2") == b1:4096: ]]
     [[ $(dirty "$TEST_DIR/o.qcow2" b1) == "$(dirty "$IMG" b1)" ]]
 }
+
+@test "commit records into the base's bitmaps as qemu-img commit does; locks; --image-opts" {
+    local who
+    for who in qemu ours; do
+        qemu-img create -q -f qcow2 "$TEST_DIR/$who-base.qcow2" 16M
+        qemu-img bitmap --add "$TEST_DIR/$who-base.qcow2" bb
+        qemu-img create -q -f qcow2 -b "$who-base.qcow2" -F qcow2 "$TEST_DIR/$who-top.qcow2"
+        qemu-img bitmap --add -g 4k "$TEST_DIR/$who-top.qcow2" tb
+        qemu-io -f qcow2 -c 'write 2M 5k' -c 'write -z 9M 64k' "$TEST_DIR/$who-top.qcow2" >/dev/null
+    done
+    qemu-img commit -q "$TEST_DIR/qemu-top.qcow2"
+    "$DISKIMG" commit -q "$TEST_DIR/ours-top.qcow2"
+    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
+    [[ $(dirty "$TEST_DIR/ours-top.qcow2" tb) == "$(dirty "$TEST_DIR/qemu-top.qcow2" tb)" ]]
+    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == $'2097152 65536\n9437184 65536' ]]
+    [[ $(flags "$TEST_DIR/ours-base.qcow2") == bb:65536:auto ]]
+    check_clean "$TEST_DIR/ours-base.qcow2"
+    check_clean "$TEST_DIR/ours-top.qcow2"
+    # An image another process writes: exit 5, untouched.
+    qemu-img create -q -f qcow2 "$IMG" 8M
+    qemu-nbd -t -k "$TEST_DIR/l.sock" "$IMG" 2>/dev/null &
+    local pid=$!
+    for _ in $(seq 200); do [[ -S $TEST_DIR/l.sock ]] && break; sleep 0.02; done
+    run "$DISKIMG" bitmap --add "$IMG" x
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    assert_failure 5
+    assert_output --partial "lock"
+    [[ -z $(flags "$IMG") ]]
+    "$DISKIMG" bitmap --add --image-opts "driver=qcow2,file.filename=$IMG" x
+    [[ $(flags "$IMG") == x:65536:auto ]]
+}
