@@ -207,73 +207,69 @@ static int release_old_locked(struct qcow2_state *s, uint64_t old_dir_off, uint6
     return r;
 }
 
-int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap *dropped)
+/* New data and tables for every bitmap whose bits changed: tables[i] is
+ * where bitmap i's table will be, old[] collects what is replaced. */
+static int write_changed_locked(struct qcow2_state *s, struct table_loc *tables,
+                                struct table_loc *old, uint32_t *n_old)
 {
-    uint64_t cs = s->cluster_size, old_dir_off = 0, old_dir_len = 0, dir_off = 0, dir_len = 0;
-    CLEANUP_FREE struct table_loc *tables = calloc(s->n_bitmaps + 1, sizeof *tables);
-    CLEANUP_FREE struct table_loc *old = calloc(s->n_bitmaps + 1, sizeof *old);
-    CLEANUP_FREE uint8_t *dir = NULL;
-    uint32_t n_old = 0;
-    int r;
+    int r = 0;
 
-    if (!tables || !old) {
-        return err_set(ENOMEM, "qcow2: bitmaps");
-    }
-    r = qcow2_check_writable_locked(s);
-    if (r < 0) {
-        return r;
-    }
-    if (s->hdr.has_bitmaps_ext && (s->hdr.autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
-        old_dir_off = s->hdr.bitmap_directory_offset;
-        old_dir_len = s->hdr.bitmap_directory_size;
-    }
-    /* 1. New data and tables for what changed. */
     for (uint32_t i = 0; r == 0 && i < s->n_bitmaps; i++) {
-        struct qcow2_bitmap *bm = &s->bitmaps[i];
+        const struct qcow2_bitmap *bm = &s->bitmaps[i];
         tables[i] = (struct table_loc){bm->table_offset, bm->table_size};
         if (bm->mem && bm->stale) {
             r = write_bitmap(s, bm, &tables[i]);
-            old[n_old++] = (struct table_loc){bm->table_offset, bm->table_size};
+            old[(*n_old)++] = (struct table_loc){bm->table_offset, bm->table_size};
         }
     }
-    if (dropped) {
-        old[n_old++] = (struct table_loc){dropped->table_offset, dropped->table_size};
-    }
-    /* 2. Flags as they will be saved: a tracked bitmap is saved whole. */
-    uint32_t *saved_flags = calloc(s->n_bitmaps + 1, sizeof *saved_flags);
-    if (!saved_flags) {
+    return r;
+}
+
+/* The new directory, then everything new made durable, then the switch.
+ * A bitmap whose bits are saved whole is saved consistent (in_use
+ * cleared); on failure the flags are as they were. */
+static int write_directory_and_switch_locked(struct qcow2_state *s, struct table_loc *tables,
+                                             uint64_t *dir_off, uint64_t *dir_len)
+{
+    CLEANUP_FREE uint32_t *flags = calloc(s->n_bitmaps + 1, sizeof *flags);
+    CLEANUP_FREE uint8_t *dir = NULL;
+    int r = 0;
+
+    if (!flags) {
         return err_set(ENOMEM, "qcow2: bitmaps");
     }
     for (uint32_t i = 0; i < s->n_bitmaps; i++) {
-        saved_flags[i] = s->bitmaps[i].flags;
-        if (s->bitmaps[i].tracked && s->bitmaps[i].stale) {
+        flags[i] = s->bitmaps[i].flags;
+        if (s->bitmaps[i].mem && s->bitmaps[i].stale) {
             s->bitmaps[i].flags &= ~QCOW2_BME_IN_USE;
         }
     }
-    /* 3. The directory; then everything new is made durable. */
-    if (r == 0 && s->n_bitmaps) {
-        r = build_directory(s, tables, &dir, &dir_len);
+    if (s->n_bitmaps) {
+        r = build_directory(s, tables, &dir, dir_len);
         if (r == 0) {
-            r = write_new_clusters(s, dir, dir_len, &dir_off);
+            r = write_new_clusters(s, dir, *dir_len, dir_off);
         }
     }
     if (r == 0) {
         r = qcow2_commit_refcounts_locked(s);
     }
-    /* 4. The switch. */
     if (r == 0) {
-        r = switch_header_locked(s, dir_off, dir_len);
+        r = switch_header_locked(s, *dir_off, *dir_len);
     }
-    if (r < 0) {
-        /* The old bitmaps stay; what was written leaks. */
-        for (uint32_t i = 0; i < s->n_bitmaps; i++) {
-            s->bitmaps[i].flags = saved_flags[i];
-        }
-        free(saved_flags);
-        return r;
+    for (uint32_t i = 0; r < 0 && i < s->n_bitmaps; i++) {
+        s->bitmaps[i].flags = flags[i]; /* the old bitmaps stay; what was written leaks */
     }
-    free(saved_flags);
-    /* 5. Forget the old, know the new. */
+    return r;
+}
+
+/* After the switch: the entries and the metadata map describe the new
+ * bitmaps. */
+static void adopt_new_locked(struct qcow2_state *s, const struct table_loc *tables,
+                             const struct table_loc *old, uint32_t n_old, uint64_t old_dir_off,
+                             uint64_t old_dir_len, uint64_t dir_off, uint64_t dir_len)
+{
+    uint64_t cs = s->cluster_size;
+
     if (old_dir_off) {
         qcow2_remove_metadata_locked(s, old_dir_off, ROUND_UP(old_dir_len, cs));
     }
@@ -305,6 +301,38 @@ int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap
     if (dir_off) {
         (void)qcow2_add_metadata_locked(s, dir_off, ROUND_UP(dir_len, cs), QCOW2_META_BITMAPS);
     }
+}
+
+int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap *dropped)
+{
+    uint64_t old_dir_off = 0, old_dir_len = 0, dir_off = 0, dir_len = 0;
+    CLEANUP_FREE struct table_loc *tables = calloc(s->n_bitmaps + 1, sizeof *tables);
+    CLEANUP_FREE struct table_loc *old = calloc(s->n_bitmaps + 1, sizeof *old);
+    uint32_t n_old = 0;
+    int r;
+
+    if (!tables || !old) {
+        return err_set(ENOMEM, "qcow2: bitmaps");
+    }
+    r = qcow2_check_writable_locked(s);
+    if (r < 0) {
+        return r;
+    }
+    if (s->hdr.has_bitmaps_ext && (s->hdr.autoclear_features & QCOW2_AUTOCLEAR_BITMAPS)) {
+        old_dir_off = s->hdr.bitmap_directory_offset;
+        old_dir_len = s->hdr.bitmap_directory_size;
+    }
+    r = write_changed_locked(s, tables, old, &n_old);
+    if (r == 0) {
+        r = write_directory_and_switch_locked(s, tables, &dir_off, &dir_len);
+    }
+    if (r < 0) {
+        return r;
+    }
+    if (dropped) {
+        old[n_old++] = (struct table_loc){dropped->table_offset, dropped->table_size};
+    }
+    adopt_new_locked(s, tables, old, n_old, old_dir_off, old_dir_len, dir_off, dir_len);
     r = release_old_locked(s, old_dir_off, old_dir_len, old, n_old);
     if (r == 0) {
         r = qcow2_commit_refcounts_locked(s);
