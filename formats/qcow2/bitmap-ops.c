@@ -4,6 +4,8 @@
  * by bitmap-store.c before it returns; the refusals and their reasons are
  * qemu's.
  *
+ * Resizing the image resizes its bitmaps here too, as qemu does.
+ *
  * Order (qcow2.h): above bitmap-store.c; calls it and bitmap.c. */
 #include <errno.h>
 #include <inttypes.h>
@@ -191,6 +193,76 @@ static int change_locked(struct qcow2_state *s, const struct blk_bitmap_op *op)
     if (r < 0) {
         bm->flags = flags;
         bm->tracked = tracked;
+    }
+    return r;
+}
+
+/* Every bitmap at the new size, in memory (news[i]); all or none. */
+static int resized_copies_locked(struct qcow2_state *s, uint64_t len, struct blk_bitmap **news)
+{
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        struct qcow2_bitmap *bm = &s->bitmaps[i];
+        int r;
+
+        if ((bm->flags & QCOW2_BME_IN_USE) && !bm->tracked) {
+            return err_setx(EINVAL,
+                            "qcow2: bitmap '%s' is inconsistent: remove it first "
+                            "(diskimg bitmap --remove)",
+                            bm->name);
+        }
+        if (qcow2_bitmap_data_bytes(len, bm->granularity_bits) > QCOW2_BME_MAX_PHYS_SIZE) {
+            return err_setx(EFBIG, "qcow2: bitmap '%s' would exceed 512 MiB", bm->name);
+        }
+        r = qcow2_bitmap_load_mem_locked(s, bm);
+        if (r < 0) {
+            return r;
+        }
+        news[i] = blk_bitmap_new(bm->name, len, bm->mem->granularity);
+        if (!news[i]) {
+            return -ENOMEM;
+        }
+        news[i]->enabled = bm->mem->enabled;
+        blk_bitmap_merge(news[i], bm->mem);
+    }
+    return 0;
+}
+
+int qcow2_bitmaps_resize_locked(struct qcow2_state *s, uint64_t len)
+{
+    CLEANUP_FREE struct blk_bitmap **news = calloc(s->n_bitmaps + 1, sizeof *news);
+    CLEANUP_FREE struct blk_bitmap **olds = calloc(s->n_bitmaps + 1, sizeof *olds);
+    CLEANUP_FREE bool *stale = calloc(s->n_bitmaps + 1, sizeof *stale);
+    uint64_t old_size = s->hdr.size;
+    int r;
+
+    if (!news || !olds || !stale) {
+        return err_set(ENOMEM, "qcow2: bitmaps");
+    }
+    r = resized_copies_locked(s, len, news);
+    if (r == 0) {
+        for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+            olds[i] = s->bitmaps[i].mem;
+            stale[i] = s->bitmaps[i].stale;
+            s->bitmaps[i].mem = news[i];
+            s->bitmaps[i].stale = true;
+            news[i] = NULL;
+        }
+        /* One header write switches the size and the bitmaps together. */
+        s->hdr.size = len;
+        r = qcow2_bitmaps_commit_locked(s, NULL);
+        for (uint32_t i = 0; r < 0 && i < s->n_bitmaps; i++) {
+            news[i] = s->bitmaps[i].mem;
+            s->bitmaps[i].mem = olds[i];
+            s->bitmaps[i].stale = stale[i];
+            olds[i] = NULL;
+        }
+        if (r < 0) {
+            s->hdr.size = old_size;
+        }
+    }
+    for (uint32_t i = 0; i < s->n_bitmaps; i++) {
+        blk_bitmap_free(news[i]);
+        blk_bitmap_free(olds[i]);
     }
     return r;
 }

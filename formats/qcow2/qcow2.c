@@ -152,13 +152,6 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     if (s->hdr.version < 3 && s->n_snapshots) {
         return err_setx(ENOTSUP, "qcow2: cannot resize a version 2 image that has snapshots");
     }
-    if (s->n_bitmaps && len != s->hdr.size) {
-        /* Each bitmap's table is sized for the virtual size. */
-        return err_setx(ENOTSUP,
-                        "qcow2: %s has persistent bitmaps, which diskimg cannot resize: "
-                        "remove them (qemu-img bitmap --remove) or resize with qemu-img",
-                        n->filename);
-    }
     pthread_mutex_lock(&s->lock);
     if (len < s->hdr.size) {
         bool used;
@@ -175,7 +168,9 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     if (r == 0 && len > s->hdr.size) {
         r = qcow2_zero_grown_locked(s, s->hdr.size, len);
     }
-    if (r == 0) {
+    if (r == 0 && s->n_bitmaps && len != s->hdr.size) {
+        r = qcow2_bitmaps_resize_locked(s, len); /* each is sized for the disk */
+    } else if (r == 0) {
         uint64_t old = s->hdr.size;
         s->hdr.size = len;
         r = qcow2_commit_header_locked(s);

@@ -515,6 +515,9 @@ int qcow2_bitmaps_store_locked(struct qcow2_state *s);
 
 /* bitmap-ops.c: the driver's bitmap_change. */
 int qcow2_bitmap_change(struct blk_node *n, const struct blk_bitmap_op *op);
+/* Resize every bitmap to len bytes and switch the header to len and the
+ * new bitmaps in one write (refused while one is inconsistent). */
+int qcow2_bitmaps_resize_locked(struct qcow2_state *s, uint64_t len);
 
 /* snapshot.c */
 int qcow2_read_snapshots(struct qcow2_state *s);

@@ -134,6 +134,11 @@ LIST
     run --separate-stderr "$DISKIMG" bitmap --clear "$IMG" b0
     assert_failure 1
     [[ $stderr == *"Bitmap 'b0' is inconsistent and cannot be used"* ]]
+    cp "$IMG" "$TEST_DIR/before"
+    run "$DISKIMG" resize "$IMG" +1M
+    assert_failure 1
+    assert_output --partial "bitmap 'b0' is inconsistent: remove it first"
+    cmp "$IMG" "$TEST_DIR/before"
     "$DISKIMG" bitmap --remove "$IMG" b0
     [[ -z $(flags "$IMG") ]]
     check_clean "$IMG"

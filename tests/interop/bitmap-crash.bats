@@ -97,3 +97,23 @@ dirty() {
     done
     [[ $rc -eq 0 && $clean -eq 1 && $early -eq 1 && $inuse -eq 1 ]]
 }
+
+@test "a crash at any write of resize leaves the old size and bitmaps or the new ones" {
+    qemu-img create -q -f qcow2 "$TEST_DIR/base.qcow2" 8M
+    qemu-img bitmap --add -g 4k "$TEST_DIR/base.qcow2" b0
+    qemu-io -f qcow2 -c 'write 1M 4k' "$TEST_DIR/base.qcow2" >/dev/null
+    local n rc size
+    for n in $(seq 1 40); do
+        cp "$TEST_DIR/base.qcow2" "$IMG"
+        rc=0
+        crash_at "$n" "$DISKIMG" resize -q "$IMG" 24M || rc=$?
+        no_errors "$IMG"
+        size=$(qemu-img info --output=json "$IMG" | jq '.["virtual-size"]')
+        [[ $size -eq 8388608 || $size -eq 25165824 ]]
+        [[ $(names "$IMG") == "b0:auto" ]]
+        # qemu loads the bitmap at this size: it matches the disk.
+        [[ $(dirty "$IMG" b0) == '1048576 4096' ]] || { echo "n=$n size=$size" >&2; false; }
+        [[ $rc -ne 0 ]] || break
+    done
+    [[ $rc -eq 0 && $size -eq 25165824 ]]
+}
