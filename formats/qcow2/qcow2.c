@@ -239,19 +239,39 @@ static int open_read_write(struct qcow2_state *s, bool for_check)
     return 0;
 }
 
-/* An image made with preallocation=metadata maps far more clusters than
- * the file occupies (qemu's heuristic): its block status must ask the file
- * which mapped clusters are still holes. */
+/* An image made with preallocation=metadata has far more clusters in use
+ * than its file occupies (qemu's heuristic, to the cluster: clusters of
+ * the file with a refcount, against its allocated bytes): its block
+ * status must ask the file which mapped clusters are still holes.  Where
+ * the two tools' answers differed, so did their maps. */
 static bool detect_metadata_prealloc(struct qcow2_state *s)
 {
     int64_t real = s->file->drv->allocated_size ? s->file->drv->allocated_size(s->file) : -1;
+    int64_t length = blk_get_length(s->file);
 
-    if (real < 0) {
+    if (real < 0 || length < 0) {
+        err_clear();
         return false;
     }
     uint64_t real_clusters = (uint64_t)real >> s->cluster_bits;
     uint64_t threshold = MAX(real_clusters * 10 / 9, real_clusters + 2);
-    return (s->file_end >> s->cluster_bits) >= threshold;
+    uint64_t end = ROUND_UP((uint64_t)length, s->cluster_size) >> s->cluster_bits;
+    uint64_t in_use = 0;
+
+    if (end < threshold) {
+        return false; /* not even every cluster of the file would do */
+    }
+    pthread_mutex_lock(&s->lock);
+    for (uint64_t k = 0; k < end && in_use < threshold; k++) {
+        uint64_t refcount;
+        if (qcow2_get_refcount_locked(s, k, &refcount) < 0) {
+            err_clear();
+            break;
+        }
+        in_use += refcount != 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return in_use >= threshold;
 }
 
 static void qcow2_free_state(struct qcow2_state *s)

@@ -60,6 +60,18 @@ out end.qcow2 qcow2
 q create -f qcow2 end64.qcow2 1000k
 io -f qcow2 -c 'write -P 5 996k 4k' end64.qcow2
 out end64.qcow2 qcow2
+# qemu's guess that an image is metadata-preallocated (clusters with a
+# refcount against the file's allocated bytes), at its edge: two clusters
+# discarded (refcount 0), a hole in a data cluster, and the last data
+# cluster ending in a hole; guessing otherwise than qemu split that
+# cluster into data and a 20480-byte zero tail
+q create -f qcow2 edge.qcow2 4M
+io -f qcow2 -c 'write -P 1 0 1M' -c 'write -P 2 3M 45056' -c 'discard 128k 128k' edge.qcow2
+cp --sparse=never edge.qcow2 edge.tmp
+mv edge.tmp edge.qcow2
+fallocate -p -o 393216 -l 65536 edge.qcow2
+fallocate -p -o 1421312 -l 20480 edge.qcow2
+out edge.qcow2 qcow2
 # an odd size: the last cluster is partly past the virtual end
 q create -f qcow2 odd.qcow2 1000000
 io -f qcow2 -c 'write -P 1 983040 16960' odd.qcow2
