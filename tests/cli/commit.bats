@@ -120,6 +120,14 @@ same_chains() {
         qemu-img compare -F raw "o-$f.qcow2" "view-$f.raw"
         if [[ $f != raw && $f != vpc ]]; then qemu-img check -q "b.$f"; fi
     done
+    # A vmdk overlay: its data goes into the base.  (Writing the base
+    # gives it a new CID, so the overlay no longer matches its parent, as
+    # after qemu-img commit.)
+    qemu-img create -q -f vmdk -b b.vmdk -F vmdk ov.vmdk
+    qemu-io -f vmdk -c 'write -P 0x62 2M 64k' ov.vmdk >/dev/null
+    qemu-img convert -O raw ov.vmdk view-ov.raw
+    "$DISKIMG" commit -q ov.vmdk
+    qemu-img compare -f vmdk -F raw b.vmdk view-ov.raw
     # A 1 MiB raw base under a 3 MiB overlay is grown, as qemu-img does.
     qemu-img create -q -f raw s.raw 1M
     qemu-img create -q -f qcow2 -b s.raw -F raw big.qcow2 3M
