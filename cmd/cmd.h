@@ -115,6 +115,14 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
     "      --tls-psk=FILE     nbds:// pre-shared keys (psktool format)\n"                          \
     "      --tls-username=ID  PSK identity (default: the file's first)\n"
 
+/* --image-opts IMAGE (cmd/image-opts.c): "driver=FMT,file.filename=PATH,
+ * KEY=VALUE..." split in place into o (format, filename, driver keys);
+ * 0, or EXIT_USAGE after printing why.  For subcommand sub's messages. */
+enum { CMD_OPT_IMAGE_OPTS = 0x4300 };
+#define CMD_IMAGE_OPTS_HELP                                                                        \
+    "      --image-opts       IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
+int cmd_parse_image_opts(const char *sub, char *spec, struct blk_image_opts *o);
+
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */
 void cmd_print_checksum(FILE *f, const uint8_t *sum, const char *name);

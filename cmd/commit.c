@@ -22,7 +22,8 @@ static volatile sig_atomic_t commit_cancel;
 
 static void commit_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg commit [-f FMT] [-t CACHE] [-b BASE] [-d] [-p] [-q] [-r RATE] FILE\n"
+    fprintf(f, "Usage: diskimg commit [-f FMT | --image-opts] [-t CACHE] [-b BASE] [-d] [-p] [-q] "
+               "[-r RATE] FILE\n"
                "\n"
                "Write what FILE holds into its backing file, then empty FILE so that it\n"
                "reads through (unless -d).  With -b, everything the images above BASE in\n"
@@ -35,8 +36,8 @@ static void commit_usage(FILE *f)
                "  -t CACHE          cache mode (default writeback)\n"
                "  -r RATE           write at most RATE bytes a second (suffixes k, M, G)\n"
                "  -p                progress on stderr\n"
-               "  -q, --quiet       do not print 'Image committed.'\n" CMD_UNTRUSTED_HELP
-               "  -h, --help        this help\n"
+               "  -q, --quiet       do not print 'Image committed.'\n" CMD_IMAGE_OPTS_HELP
+                   CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
                "\n"
                "The base is written and flushed before FILE is emptied: stopped at any\n"
                "point, the chain reads as before or as committed.\n"
@@ -54,7 +55,7 @@ static void on_signal(int sig)
 struct commit_args {
     struct blk_image_opts img;
     const char *base;
-    bool drop, progress, quiet;
+    bool drop, progress, quiet, image_opts;
     uint64_t rate;
 };
 
@@ -66,6 +67,7 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
         {"quiet", no_argument, NULL, 'q'},
         {"progress", no_argument, NULL, 'p'},
         CMD_TLS_LONGOPTS,
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
@@ -103,6 +105,9 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
                 return cmd_usage_error("commit", "invalid rate limit '%s'", optarg);
             }
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            a->image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("commit", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -116,6 +121,15 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
         return cmd_usage_error("commit", "expected one FILE");
     }
     a->img.filename = argv[optind];
+    if (a->image_opts) {
+        if (a->img.format) {
+            return cmd_usage_error("commit", "--image-opts and -f are mutually exclusive");
+        }
+        int r2 = cmd_parse_image_opts("commit", argv[optind], &a->img);
+        if (r2 != 0) {
+            return r2;
+        }
+    }
     return 0;
 }
 

@@ -22,7 +22,8 @@ static volatile sig_atomic_t rebase_cancel;
 
 static void rebase_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg rebase [-f FMT] [-t CACHE] [-T SRC_CACHE] [-p] [-u] [-U] [-q]\n"
+    fprintf(f, "Usage: diskimg rebase [-f FMT | --image-opts] [-t CACHE] [-T SRC_CACHE] [-p] [-u] "
+               "[-U] [-q]\n"
                "                      -b BACKING [-F BACKING_FMT] FILE\n"
                "\n"
                "Make BACKING the backing file of FILE (qcow2).  Safe mode (the default) keeps\n"
@@ -40,7 +41,8 @@ static void rebase_usage(FILE *f)
                "  -T SRC_CACHE      the backing files' cache mode (default writeback)\n"
                "  -U, --force-share open BACKING even when another process writes it\n"
                "  -p                progress on stderr\n"
-               "  -q, --quiet       quiet\n" CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
+               "  -q, --quiet       quiet\n" CMD_IMAGE_OPTS_HELP CMD_UNTRUSTED_HELP
+               "  -h, --help        this help\n"
                "\n"
                "Exit status: 0 success, 1 failure (FILE unchanged but for data that keeps\n"
                "its guest view), 2 bad usage,\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.\n"
@@ -56,7 +58,7 @@ struct rebase_args {
     struct blk_image_opts img, backing;
     const char *name;   /* -b, NULL: not given */
     const char *format; /* -F */
-    bool unsafe, progress, quiet;
+    bool unsafe, progress, quiet, image_opts;
 };
 
 static int parse_cache(const char *arg, enum blk_cache_mode *out)
@@ -76,6 +78,7 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         {"force-share", no_argument, NULL, 'U'},
         {"progress", no_argument, NULL, 'p'},
         CMD_TLS_LONGOPTS,
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
@@ -118,6 +121,9 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         case 'q':
             a->quiet = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            a->image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("rebase", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -131,6 +137,15 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         return cmd_usage_error("rebase", "expected one FILE");
     }
     a->img.filename = argv[optind];
+    if (a->image_opts) {
+        if (a->img.format) {
+            return cmd_usage_error("rebase", "--image-opts and -f are mutually exclusive");
+        }
+        int r2 = cmd_parse_image_opts("rebase", argv[optind], &a->img);
+        if (r2 != 0) {
+            return r2;
+        }
+    }
     if (!a->unsafe && !a->name) {
         return cmd_usage_error("rebase", "Must specify backing file (-b) or use unsafe mode (-u)");
     }

@@ -92,7 +92,7 @@ same_chains() {
     [[ $(qemu-img info --backing-chain d-top.qcow2 | grep -c '^image: ') -eq 3 ]]
     # -d leaves the image as it was; an absolute name finds the base too.
     make_chain e
-    "$DISKIMG" commit -q -d e-top.qcow2
+    "$DISKIMG" commit -q -d --image-opts driver=qcow2,file.filename=e-top.qcow2,l2-cache-size=1M
     qemu-img compare e-top.qcow2 view.raw
     [[ $(qemu-img map --output=json e-top.qcow2) == *'"depth": 0'* ]]
     "$DISKIMG" commit -q -b "$PWD/e-base.qcow2" e-top.qcow2
@@ -174,6 +174,8 @@ same_chains() {
     [[ $status -eq 1 && $stderr == *"refusing to open backing file 'd-mid.qcow2'"* ]]
     run --separate-stderr "$DISKIMG" commit -r 0 d-top.qcow2
     [[ $status -eq 2 ]]
+    run --separate-stderr "$DISKIMG" commit --image-opts driver=qcow2,file.filename=d-top.qcow2,x=1
+    [[ $status -eq 2 && $stderr == *"option 'x'"* ]]
     # The base in use by a writer: exit 5.
     start_server -f qcow2 d-base.qcow2
     run --separate-stderr "$DISKIMG" commit -b d-base.qcow2 d-top.qcow2
@@ -196,19 +198,24 @@ same_chains() {
     qemu-img convert -O raw o.qcow2 view.raw
     cp b.qcow2 b.orig
     cp o.qcow2 o.orig
-    local killed=0 pid
-    for i in 1 2; do
+    local killed=0 pid rc
+    for i in 1 2 3 4 5 6; do
         cp b.orig b.qcow2
         cp o.orig o.qcow2
         "$DISKIMG" commit -q -t writethrough o.qcow2 &
         pid=$!
-        sleep "$(printf '0.%03d' $((RANDOM % 120)))"
-        kill -KILL "$pid" 2>/dev/null && killed=$((killed + 1))
-        wait "$pid" || true
+        sleep "$(printf '0.%03d' $((RANDOM % 60)))"
+        kill -KILL "$pid" 2>/dev/null || true
+        rc=0
+        wait "$pid" || rc=$?
+        [[ $rc -eq 0 || $rc -eq 137 ]]
+        [[ $rc -ne 137 ]] || killed=$((killed + 1))
         qemu-img check -q o.qcow2 || [[ $? -eq 3 ]]
         qemu-img check -q b.qcow2 || [[ $? -eq 3 ]]
         qemu-img compare -F raw o.qcow2 view.raw
+        [[ $killed -lt 2 ]] || break
     done
+    # Killed in the middle at least once (not only before or after).
     [[ $killed -gt 0 ]]
     # What a killed commit left, a new one completes.
     "$DISKIMG" commit -q o.qcow2

@@ -115,7 +115,8 @@ same_as_qemu() {
     "$DISKIMG" rebase -u -b "" d.qcow2
     run qemu-img info d.qcow2
     [[ $output != *backing* ]]
-    "$DISKIMG" rebase -u -b mid.qcow2 -F qcow2 d.qcow2
+    "$DISKIMG" rebase -u -b mid.qcow2 -F qcow2 --image-opts driver=qcow2,file.filename=d.qcow2
+    [[ $(qemu-img info d.qcow2) == *"backing file: mid.qcow2"* ]]
     "$DISKIMG" rebase -u d.qcow2
     run qemu-img info d.qcow2
     [[ $output != *backing* ]]
@@ -169,17 +170,22 @@ same_as_qemu() {
     qemu-io -f qcow2 -c 'write -P 0x77 1M 64k' o.qcow2 >/dev/null
     qemu-img convert -O raw o.qcow2 o.raw
     cp o.qcow2 o.orig
-    local killed=0 pid
-    for i in 1 2; do
+    local killed=0 pid rc
+    for i in 1 2 3 4 5 6; do
         cp o.orig o.qcow2
         "$DISKIMG" rebase -t writethrough -b "" o.qcow2 &
         pid=$!
-        sleep "$(printf '0.%03d' $((RANDOM % 130)))"
-        kill -KILL "$pid" 2>/dev/null && killed=$((killed + 1))
-        wait "$pid" || true
+        sleep "$(printf '0.%03d' $((RANDOM % 60)))"
+        kill -KILL "$pid" 2>/dev/null || true
+        rc=0
+        wait "$pid" || rc=$?
+        [[ $rc -eq 0 || $rc -eq 137 ]]
+        [[ $rc -ne 137 ]] || killed=$((killed + 1))
         qemu-img check -q o.qcow2 || [[ $? -eq 3 ]]
         qemu-img compare -F raw o.qcow2 o.raw
+        [[ $killed -lt 2 ]] || break
     done
+    # Killed in the middle at least once (not only before or after).
     [[ $killed -gt 0 ]]
     # And what a killed rebase left, a new one completes.
     "$DISKIMG" rebase -b "" o.qcow2
