@@ -399,8 +399,8 @@ static int check_copied_flags(struct check_ctx *c, bool fix)
         r = qcow2_get_refcount_locked(s, l2 >> s->cluster_bits, &rc);
         bool want = rc == 1, have = s->l1[i] & QCOW_OFLAG_COPIED;
         if (r == 0 && want != have) {
-            report(c, "ERROR OFLAG_COPIED L2 cluster: l1_index=%" PRIu32 " refcount=%" PRIu64, i,
-                   rc);
+            report(c, "%s OFLAG_COPIED L2 cluster: l1_index=%" PRIu32 " refcount=%" PRIu64,
+                   fix ? "Repairing" : "ERROR", i, rc); /* qemu's words */
             c->res->corruptions++;
             if (fix) {
                 s->l1[i] = (s->l1[i] & ~QCOW_OFLAG_COPIED) | (want ? QCOW_OFLAG_COPIED : 0);
@@ -427,9 +427,8 @@ static int check_copied_flags(struct check_ctx *c, bool fix)
                 bool want_d = rc == 1, have_d = e & QCOW_OFLAG_COPIED;
                 if (r == 0 && want_d != have_d) {
                     report(c,
-                           "ERROR OFLAG_COPIED data cluster: l2_entry=%" PRIx64
-                           " refcount=%" PRIu64,
-                           e, rc);
+                           "%s OFLAG_COPIED data cluster: l2_entry=%" PRIx64 " refcount=%" PRIu64,
+                           fix ? "Repairing" : "ERROR", e, rc);
                     c->res->corruptions++;
                     if (fix) {
                         e = (e & ~QCOW_OFLAG_COPIED) | (want_d ? QCOW_OFLAG_COPIED : 0);

@@ -30,7 +30,7 @@ TIMEOUT = float(os.environ.get("HOSTILE_TIMEOUT", "20"))
 ASAN_BUILD = os.environ.get("ASAN_BUILD") == "1"
 SANITIZER = re.compile(r"Sanitizer|runtime error:|AddressSanitizer|LeakSanitizer")
 CHECK_STDERR = re.compile(
-    r"^(ERROR |Leaked cluster |Repairing cluster |Warning|Rebuilding refcount structure$|diskimg: )")
+    r"^(ERROR |Leaked cluster |Repairing |Warning|Rebuilding refcount structure$|diskimg: )")
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 LEAK_CHECKED_MODES = ("info-json", "check-repair")
 
