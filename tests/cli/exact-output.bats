@@ -222,6 +222,8 @@ EOF
                 # corruptions alone)
                 qemu-img check -q d/i.qcow2 2>/dev/null || [[ $r == leaks && $k != leak ]] ||
                     echo "== check -r $r ($k) left an image qemu-img check refuses" >>"$FAILED"
+                qemu-img compare -q q/i.qcow2 d/i.qcow2 ||
+                    echo "== check -r $r ($k): the guest data differs from qemu-img's repair" >>"$FAILED"
             done
         done
     done
