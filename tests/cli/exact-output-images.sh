@@ -205,3 +205,8 @@ for o in extended_l2=on preallocation=metadata refcount_bits=64; do
 done
 dq convert -f raw -O vmdk -o subformat=streamOptimized sparse.raw d-stream.vmdk
 out d-stream.vmdk vmdk
+
+# Settle the files: until written back, a file system may answer
+# SEEK_DATA and st_blocks differently from one moment to the next, and
+# qemu-img and diskimg would see two states of one image.
+sync "$dir"/*
