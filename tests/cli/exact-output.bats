@@ -240,7 +240,7 @@ nbd_same() {
 
 @test "exact output: info and map over NBD (diskimg serve and qemu-nbd, unix and TCP)" {
     require_tool qemu-nbd
-    local img=$IMAGES/q-v3.qcow2 qpid port
+    local img=$IMAGES/q-v3.qcow2 qpid port try
     start_server -t -r -f qcow2 "$img"
     nbd_same "nbd+unix:///?socket=$SOCK"
     nbd_same "nbd:unix:$SOCK"
@@ -268,9 +268,13 @@ nbd_same() {
     same info --backing-chain --output=json "nbd+unix:///?socket=$TEST_DIR/r.sock"
     kill "$qpid"
     wait "$qpid" || true
-    # TCP, with and without an export name, the port spelled or not
-    port=$((20000 + RANDOM % 20000))
-    WAIT_PORT=$port start_server -t -r -b 127.0.0.1 -p "$port" "$IMAGES/sparse.raw"
+    # TCP, as a URI with and without the slash, and qemu's nbd:HOST:PORT
+    # (another random port if the first is taken)
+    for try in 1 2 3 4 5; do
+        port=$((20000 + RANDOM % 20000))
+        WAIT_PORT=$port start_server -t -r -b 127.0.0.1 -p "$port" "$IMAGES/sparse.raw" && break
+        grep -q "Address already in use" "$SERVER_LOG" || return 1
+    done
     nbd_same "nbd://127.0.0.1:$port"
     nbd_same "nbd://127.0.0.1:$port/"
     nbd_same "nbd:127.0.0.1:$port"
