@@ -218,6 +218,13 @@ static int get_refblock_locked(struct qcow2_state *s, uint64_t rt, bool alloc, v
             return r;
         }
     }
+    if (s->reftable[rt] >= s->file_end) {
+        /* Reads there are zeroes, and writing it back would make a huge
+         * sparse file: the table is wrong. */
+        return qcow2_mark_corrupt_locked(
+            s, "refcount block %" PRIu64 " at 0x%" PRIx64 " is past the end of the file", rt,
+            s->reftable[rt]);
+    }
     return qcow2_cache_get_locked(s->rb_cache, s->reftable[rt], true, block);
 }
 
