@@ -33,7 +33,7 @@ static void bitmap_usage(FILE *f)
 {
     fprintf(f, "Usage: diskimg bitmap (--add | --remove | --clear | --enable | --disable |\n"
                "                       --merge SOURCE)... [-g GRANULARITY] [-b SOURCE_FILE\n"
-               "                      [-F SOURCE_FMT]] [-f FMT] [--image-opts] [-q] IMAGE BITMAP\n"
+               "                       [-F SOURCE_FMT]] [-f FMT] [--image-opts] [-q] IMAGE BITMAP\n"
                "\n"
                "Change the persistent dirty bitmap BITMAP of the qcow2 image IMAGE.  The\n"
                "operations run in the order given; each is on disk before the next.\n"
