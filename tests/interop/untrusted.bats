@@ -188,7 +188,8 @@ run_bounded() {
     assert_output --partial 'snap\x1b[2J\x0aX'
     assert_line '            name: bm\x1b[1m\x0aY'
     run "$DISKIMG" info --output=json e.qcow2
-    assert_output --partial '"backing-filename": "ba\u001b[31mck\nZ"'
+    assert_output --partial '"backing-filename": "ba\u001B[31mck\nZ"'
+    assert_output "$(qemu-img info --output=json e.qcow2)" # escaped as qemu-img does
     # Following the name fails with the name escaped, on one line.
     for cmd in "map e.qcow2" "convert -O raw e.qcow2 out.raw"; do
         # shellcheck disable=SC2086

@@ -153,6 +153,43 @@ static void test_json(void)
     free(text);
 }
 
+/* One JSON string as json_str writes it (compact, no key). */
+static void expect_json_string(const char *in, const char *want)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    struct json_writer w;
+
+    json_init(&w, f, true);
+    json_str(&w, NULL, in);
+    fclose(f);
+    if (strcmp(text, want) != 0) {
+        fprintf(stderr, "json string: got %s, want %s\n", text, want);
+        check_failures++;
+    }
+    free(text);
+}
+
+/* Escaped as qemu's JSON writer escapes (outputs of qemu-img 7.2). */
+static void test_json_strings(void)
+{
+    expect_json_string("plain ~", "\"plain ~\"");
+    expect_json_string("\b\f\t\x01\x7f", "\"\\b\\f\\t\\u0001\\u007F\"");
+    expect_json_string("\xc3\xbcn", "\"\\u00FCn\"");
+    expect_json_string("emoji\xf0\x9f\x98\x80", "\"emoji\\uD83D\\uDE00\"");
+    expect_json_string("bad\xff"
+                       "byte",
+                       "\"bad\\uFFFDbyte\"");
+    expect_json_string("cut\xc3", "\"cut\\uFFFD\"");
+    expect_json_string("over\xc0\xafx", "\"over\\uFFFDx\"");
+    expect_json_string("nul\xc0\x80x", "\"nul\\u0000x\"");
+    expect_json_string("surrogate\xed\xa0\x80x", "\"surrogate\\uFFFDx\"");
+    expect_json_string("nonchar\xef\xbf\xbe", "\"nonchar\\uFFFD\"");
+    expect_json_string("\xc3(", "\"\\uFFFD(\""); /* the byte after a bad lead is kept */
+    expect_json_string("\xfd\xbf\xbf\xbf\xbf\xbf", "\"\\uFFFD\"");
+}
+
 static void test_nbd_errno(void)
 {
     CHECK_EQ(nbd_errno_to_wire(0), 0);
@@ -385,6 +422,7 @@ int main(void)
     RUN(test_iov);
     RUN(test_histogram);
     RUN(test_json);
+    RUN(test_json_strings);
     RUN(test_nbd_errno);
     RUN(test_bufpool);
     RUN(test_escape);
