@@ -97,7 +97,9 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
         for (unsigned i = 0; i < in->n_snapshots; i++) {
             const struct blk_snapshot_info *sn = &in->snapshots[i];
             json_begin_object(w, NULL);
-            json_int(w, "icount", sn->icount < 0 ? 0 : sn->icount);
+            if (sn->icount >= 0) { /* not recorded: no member, as qemu-img */
+                json_int(w, "icount", sn->icount);
+            }
             json_uint(w, "vm-clock-nsec", sn->vm_clock_nsec % 1000000000ULL);
             json_str(w, "name", sn->name);
             json_uint(w, "date-sec", sn->date_sec);
@@ -176,11 +178,11 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
 static void info_snapshots_human(const struct blk_image_info *in)
 {
     fprintf(info_out, "Snapshot list:\n");
-    fprintf(info_out, "%-10s%-17s%8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK",
+    fprintf(info_out, "%-9s %-16s %8s%20s%13s%11s\n", "ID", "TAG", "VM SIZE", "DATE", "VM CLOCK",
             "ICOUNT");
     for (unsigned i = 0; i < in->n_snapshots; i++) {
         const struct blk_snapshot_info *sn = &in->snapshots[i];
-        char size[32], date[32], clock[32], icount[24];
+        char size[32], date[32], clock[32], icount[24] = "";
         time_t t = sn->date_sec;
         struct tm tm;
         uint64_t ms = sn->vm_clock_nsec / 1000000ULL;
@@ -190,10 +192,12 @@ static void info_snapshots_human(const struct blk_image_info *in)
         strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", &tm);
         snprintf(clock, sizeof clock, "%02" PRIu64 ":%02" PRIu64 ":%02" PRIu64 ".%03" PRIu64,
                  ms / 3600000, ms / 60000 % 60, ms / 1000 % 60, ms % 1000);
-        snprintf(icount, sizeof icount, "%" PRId64, sn->icount < 0 ? 0 : sn->icount);
+        if (sn->icount >= 0) {
+            snprintf(icount, sizeof icount, "%" PRId64, sn->icount);
+        }
         CLEANUP_FREE char *id = str_escape(sn->id);
         CLEANUP_FREE char *name = str_escape(sn->name);
-        fprintf(info_out, "%-10s%-17s%8s%20s%13s%11s\n", id ? id : "?", name ? name : "?", size,
+        fprintf(info_out, "%-9s %-16s %8s%20s%13s%11s\n", id ? id : "?", name ? name : "?", size,
                 date, clock, icount);
     }
 }

@@ -99,7 +99,29 @@ io -f qcow2 -c 'write -P 1 0 64k' snap.qcow2
 q snapshot -c s1 snap.qcow2
 io -f qcow2 -c 'write -P 2 0 64k' -c 'write -P 3 1M 64k' snap.qcow2
 q snapshot -c s2 snap.qcow2
+# names wider than the TAG column, not ASCII, beyond the BMP
+q snapshot -c averyveryverylongsnapshotnamethatexceedsitscolumn snap.qcow2
+q snapshot -c "ünïcödé" snap.qcow2
+q snapshot -c "emoji😀\"x" snap.qcow2
 out snap.qcow2 qcow2
+# a snapshot whose extra data ends before icount (16 bytes, as older
+# writers left it): no icount in qemu-img's output
+q create -f qcow2 noicount.qcow2 1M
+q snapshot -c a noicount.qcow2
+python3 - noicount.qcow2 <<'PY'
+import struct, sys
+f = open(sys.argv[1], "r+b")
+h = f.read(72)
+table = struct.unpack(">Q", h[64:72])[0]
+f.seek(table)
+e = f.read(256)
+idl, nml = struct.unpack(">HH", e[12:16])
+extra = struct.unpack(">I", e[36:40])[0]
+new = e[:36] + struct.pack(">I", 16) + e[40:56] + e[40 + extra:40 + extra + idl + nml]
+f.seek(table)
+f.write(new + bytes((-len(new)) % 8 + 8))
+PY
+out noicount.qcow2 qcow2
 cp q-v3.qcow2 bitmap.qcow2
 q bitmap --add bitmap.qcow2 b0
 q bitmap --add -g 1M --disable bitmap.qcow2 b1

@@ -149,6 +149,15 @@ report() {
     printf 'RW 2048 SPARSE "a-s001.vmdk"\nRW 2048 FLAT "c-flat.vmdk" 0\n' >>m.vmdk
     same_info m.vmdk vmdk
     compare_json_all "$TEST_DIR/json" >>"$FAILED" || true
+    # names that are not clean UTF-8: the JSON escapes them as qemu's does
+    # (\uXXXX, U+FFFD for bad bytes); the human output escapes them the
+    # diskimg way (diskimg(1): strings from images), which is not compared
+    qemu-img create -q -f qcow2 names.qcow2 1M
+    for n in $'tab\there' $'bad\xffbyte' $'cut\xc3' $'over\xc0\xafx' $'nul\xc0\x80x' \
+        $'surrogate\xed\xa0\x80x' 'back\slash' $'ctl\x01\x7f' $'nonchar\xef\xbf\xbe'; do
+        qemu-img snapshot -c "$n" names.qcow2
+    done
+    same info --output=json names.qcow2
     # whole chains, and one whose middle is gone: all or nothing printed
     for f in top mid noF overraw d-over midsnap; do
         same info --backing-chain --output=json "$IMAGES/$f.qcow2"
