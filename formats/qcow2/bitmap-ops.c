@@ -15,9 +15,19 @@
 #include "block/bitmap.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "qcow2.h"
 
 #define BME_TYPE_DIRTY_TRACKING 1
+
+/* err_setx with the bitmap's name escaped (it may come from an image:
+ * convert --bitmaps copies names); fmt has one %s, for the name. */
+static int name_error(int errnum, const char *fmt, const char *name)
+{
+    CLEANUP_FREE char *esc = str_escape(name);
+
+    return err_setx(errnum, fmt, esc ? esc : "?");
+}
 
 /* qemu's default: the cluster size, within 4 KiB..64 KiB. */
 static uint32_t default_granularity(const struct qcow2_state *s)
@@ -30,13 +40,12 @@ static int find_usable(struct qcow2_state *s, const char *name, struct qcow2_bit
     struct qcow2_bitmap *bm = qcow2_find_bitmap(s, name);
 
     if (!bm) {
-        return err_setx(ENOENT, "Dirty bitmap '%s' not found", name);
+        return name_error(ENOENT, "Dirty bitmap '%s' not found", name);
     }
     if ((bm->flags & QCOW2_BME_IN_USE) && !bm->tracked) {
-        return err_setx(EINVAL,
-                        "Bitmap '%s' is inconsistent and cannot be used; "
-                        "remove it with --remove",
-                        name);
+        return name_error(EINVAL,
+                          "Bitmap '%s' is inconsistent and cannot be used; remove it with --remove",
+                          name);
     }
     *out = bm;
     return 0;
@@ -68,7 +77,7 @@ static int check_new(struct qcow2_state *s, const struct blk_bitmap_op *op, uint
         return err_setx(EFBIG, "Too large bitmap: its data would exceed 512 MiB");
     }
     if (qcow2_find_bitmap(s, op->name)) {
-        return err_setx(EEXIST, "Bitmap already exists: %s", op->name);
+        return name_error(EEXIST, "Bitmap already exists: %s", op->name);
     }
     return 0;
 }
@@ -121,7 +130,7 @@ static int remove_locked(struct qcow2_state *s, const char *name)
     int r;
 
     if (!bm) {
-        return err_setx(ENOENT, "Dirty bitmap '%s' not found", name);
+        return name_error(ENOENT, "Dirty bitmap '%s' not found", name);
     }
     i = (uint32_t)(bm - s->bitmaps);
     dropped = *bm;
@@ -205,13 +214,13 @@ static int resized_copies_locked(struct qcow2_state *s, uint64_t len, struct blk
         int r;
 
         if ((bm->flags & QCOW2_BME_IN_USE) && !bm->tracked) {
-            return err_setx(EINVAL,
-                            "qcow2: bitmap '%s' is inconsistent: remove it first "
-                            "(diskimg bitmap --remove)",
-                            bm->name);
+            return name_error(
+                EINVAL,
+                "qcow2: bitmap '%s' is inconsistent: remove it first (diskimg bitmap --remove)",
+                bm->name);
         }
         if (qcow2_bitmap_data_bytes(len, bm->granularity_bits) > QCOW2_BME_MAX_PHYS_SIZE) {
-            return err_setx(EFBIG, "qcow2: bitmap '%s' would exceed 512 MiB", bm->name);
+            return name_error(EFBIG, "qcow2: bitmap '%s' would exceed 512 MiB", bm->name);
         }
         r = qcow2_bitmap_load_mem_locked(s, bm);
         if (r < 0) {

@@ -387,9 +387,10 @@ int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm)
     if (bm->mem) {
         return 0;
     }
+    CLEANUP_FREE char *esc = str_escape(bm->name);
     why = qcow2_bitmap_unusable(s, bm, &bytes);
     if (why) {
-        return err_setx(EINVAL, "%s: bitmap '%s' %s", s->node->filename, bm->name, why);
+        return err_setx(EINVAL, "%s: bitmap '%s' %s", s->node->filename, esc ? esc : "?", why);
     }
     b = blk_bitmap_new(bm->name, qcow2_virtual_size(s), 1u << bm->granularity_bits);
     if (!b) {
@@ -399,7 +400,7 @@ int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm)
     r = read_bitmap_data(s, bm, b->bits, bytes);
     if (r < 0) {
         blk_bitmap_free(b);
-        err_prefix("%s: bitmap '%s'", s->node->filename, bm->name);
+        err_prefix("%s: bitmap '%s'", s->node->filename, esc ? esc : "?");
         return r;
     }
     if (b->nbits % 8) {
@@ -413,6 +414,7 @@ int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **
 {
     struct qcow2_state *s = n->opaque;
     struct qcow2_bitmap *bm;
+    CLEANUP_FREE char *esc = str_escape(name);
     int r = 0;
 
     if (s->bitmaps_invalid) {
@@ -420,18 +422,18 @@ int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **
     }
     bm = qcow2_find_bitmap(s, name);
     if (!bm) {
-        return err_setx(ENOENT, "%s: no bitmap named '%s'", n->filename, name);
+        return err_setx(ENOENT, "%s: no bitmap named '%s'", n->filename, esc ? esc : "?");
     }
     if (s->snapshot_view) {
         return err_setx(EINVAL, "%s: bitmap '%s' describes the active image, not a snapshot",
-                        n->filename, name);
+                        n->filename, esc ? esc : "?");
     }
     pthread_mutex_lock(&s->lock);
     if (bm->tracked) {
         /* The live bitmap: an export sees the writes of its own session. */
         *out = blk_bitmap_ref(bm->mem);
     } else if (bm->mem && bm->stale) {
-        r = err_setx(EBUSY, "%s: bitmap '%s' is being changed", n->filename, name);
+        r = err_setx(EBUSY, "%s: bitmap '%s' is being changed", n->filename, esc ? esc : "?");
     } else {
         struct blk_bitmap *keep = steal_ptr(&bm->mem);
         r = qcow2_bitmap_load_mem_locked(s, bm);

@@ -184,6 +184,14 @@ LIST
     assert_output --partial "Skipping inconsistent bitmap 'b0'"
     [[ $(flags "$TEST_DIR/o.qcow2") == b1:4096: ]]
     [[ $(dirty "$TEST_DIR/o.qcow2" b1) == "$(dirty "$IMG" b1)" ]]
+    # A name read from an image is escaped in messages; a clash fails.
+    qemu-img create -q -f qcow2 "$TEST_DIR/e1.qcow2" 1M
+    qemu-img bitmap --add "$TEST_DIR/e1.qcow2" $'a\e[31m'
+    cp "$TEST_DIR/e1.qcow2" "$TEST_DIR/e2.qcow2"
+    run "$DISKIMG" convert -n --bitmaps -O qcow2 "$TEST_DIR/e1.qcow2" "$TEST_DIR/e2.qcow2"
+    assert_failure 1
+    assert_output --partial 'Bitmap already exists: a\x1b[31m'
+    [[ $output != *$'\e'* ]]
 }
 
 @test "commit records into the base's bitmaps as qemu-img commit does; locks; --image-opts" {
