@@ -177,6 +177,8 @@ struct blk_driver {
     int (*map_status)(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext);
     /* Hint: read ahead into caches.  NULL: no-op. */
     int (*prefetch)(struct blk_node *n, uint64_t off, uint64_t len);
+    /* Hint: drop clean cached pages of [off, off+len).  NULL: no-op. */
+    void (*uncache)(struct blk_node *n, uint64_t off, uint64_t len);
     int64_t (*get_length)(struct blk_node *n);
     int (*truncate)(struct blk_node *n, uint64_t len);
     /* Fill what the format knows (all but format and actual_size). */

@@ -632,6 +632,18 @@ static int file_prefetch(struct blk_node *n, uint64_t off, uint64_t len)
     return 0;
 }
 
+/* Whole pages around the range: the kernel drops only whole ones. */
+static void file_uncache(struct blk_node *n, uint64_t off, uint64_t len)
+{
+    struct file_state *s = n->opaque;
+    uint64_t page = 4096, from = off / page * page;
+
+    if (!s->direct) {
+        (void)posix_fadvise(s->fd, (off_t)from, (off_t)ROUND_UP(off + len - from, page),
+                            POSIX_FADV_DONTNEED);
+    }
+}
+
 static int64_t file_get_length(struct blk_node *n)
 {
     struct file_state *s = n->opaque;
@@ -687,6 +699,7 @@ static const struct blk_driver file_driver = {
     .flush = file_flush,
     .block_status = file_block_status,
     .prefetch = file_prefetch,
+    .uncache = file_uncache,
     .get_length = file_get_length,
     .truncate = file_truncate,
     .allocated_size = file_allocated_size,

@@ -48,6 +48,13 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
     if (has_tail && (r = blk_pread(file, (uint64_t)len - sizeof tail, tail, sizeof tail)) < 0) {
         return r;
     }
+    if (has_tail && file->drv->uncache) {
+        /* The tail page leaves the cache again: on ext4 a cached page of
+         * a fallocated, never written tail reads back as data in
+         * SEEK_DATA, and every tool's map of the file would change
+         * (qemu-img's too) because we looked at it. */
+        file->drv->uncache(file, (uint64_t)len - sizeof tail, sizeof tail);
+    }
     blk_probe_all_tail(buf, sizeof buf, has_tail ? tail : NULL, has_tail ? sizeof tail : 0,
                        o->filename, &p);
     if (!p.best) {
