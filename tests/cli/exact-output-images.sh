@@ -72,6 +72,13 @@ mv edge.tmp edge.qcow2
 fallocate -p -o 393216 -l 65536 edge.qcow2
 fallocate -p -o 1421312 -l 20480 edge.qcow2
 out edge.qcow2 qcow2
+# the file ends in a fallocated, never written block that the map asks
+# the file about (metadata preallocation guessed): probing the format
+# must leave that block as it found it
+q create -f qcow2 -o cluster_size=2M,extended_l2=on tailz.qcow2 3M
+io -f qcow2 -c 'write -P 1 1897984 64k' -c 'write -z 2458624 4k' -c 'write -z 683520 64k' \
+    -c 'write -P 2 1778688 1M' tailz.qcow2
+out tailz.qcow2 qcow2
 # an odd size: the last cluster is partly past the virtual end
 q create -f qcow2 odd.qcow2 1000000
 io -f qcow2 -c 'write -P 1 983040 16960' odd.qcow2

@@ -120,6 +120,15 @@ report() {
     same map --output=json --start-offset=8M "$IMAGES/empty.qcow2"
     same map --output=json --start-offset=1M --max-length=0 "$IMAGES/empty.qcow2"
     same map --output=json --start-offset=1M --max-length=100k "$IMAGES/top.qcow2"
+    # probed (no -f), qemu-img first: diskimg's probe must not change
+    # what the file system says about the image's last block
+    local theirs ours
+    theirs=$(qemu-img map --output=json "$IMAGES/tailz.qcow2")
+    ours=$("$DISKIMG" map --output=json "$IMAGES/tailz.qcow2")
+    [[ "$ours" == "$theirs" ]] || {
+        echo "== map --output=json (probed) tailz.qcow2"
+        diff <(echo "$theirs") <(echo "$ours") || true
+    } >>"$FAILED"
     report
 }
 
