@@ -235,10 +235,6 @@ static int check_request(struct qcow2_state *s, struct amend_req *q)
     if (q->size_set && q->size % 512) {
         return err_setx(EINVAL, "qcow2: the new size must be a multiple of 512");
     }
-    if (q->size_set && q->size != s->hdr.size && s->n_bitmaps) {
-        return err_setx(ENOTSUP, "qcow2: the image has persistent bitmaps, which diskimg cannot "
-                                 "resize");
-    }
     if (q->size_set && s->hdr.version < 3 && q->version < 3 && s->n_snapshots) {
         return err_setx(ENOTSUP, "Can't resize a v2 image which has snapshots");
     }

@@ -211,6 +211,12 @@ LIST
     [[ $(flags "$TEST_DIR/ours-base.qcow2") == bb:65536:auto ]]
     check_clean "$TEST_DIR/ours-base.qcow2"
     check_clean "$TEST_DIR/ours-top.qcow2"
+    # amend -o size= resizes the bitmaps too, as qemu-img amend does.
+    "$DISKIMG" amend -o size=32M "$TEST_DIR/ours-base.qcow2"
+    qemu-img amend -o size=32M "$TEST_DIR/qemu-base.qcow2"
+    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
+    [[ $(qemu-img info --output=json "$TEST_DIR/ours-base.qcow2" | jq '.["virtual-size"]') == 33554432 ]]
+    check_clean "$TEST_DIR/ours-base.qcow2"
     # An image another process writes: exit 5, untouched.
     qemu-img create -q -f qcow2 "$IMG" 8M
     qemu-nbd -t -k "$TEST_DIR/l.sock" "$IMG" 2>/dev/null &
