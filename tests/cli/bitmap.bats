@@ -222,6 +222,9 @@ LIST
     qemu-nbd -t -k "$TEST_DIR/l.sock" "$IMG" 2>/dev/null &
     local pid=$!
     for _ in $(seq 200); do [[ -S $TEST_DIR/l.sock ]] && break; sleep 0.02; done
+    # qemu-nbd listens before it opens (and locks) the image; a handshake
+    # completes only once it has.
+    nbdinfo --size "nbd+unix:///?socket=$TEST_DIR/l.sock" >/dev/null
     run "$DISKIMG" bitmap --add "$IMG" x
     kill "$pid"
     wait "$pid" 2>/dev/null || true
