@@ -158,12 +158,23 @@ qemu_dirty() {
     run qemu_dirty "$IMG" b4
     assert_output "$(printf '%s\n' '1048576 8192' '10485760 65536' '20971520 131072' '66060288 4096')"
     [[ -z $(qemu_dirty "$IMG" bd) ]]
-    # A second session adds to what the first saved.
+    # A second session adds to what the first saved; without -t the
+    # server exits when its last client goes, and saves them then.
     start_server "$IMG"
     qemu-io -f raw -c 'write -P 3 30M 4k' "$URI" >/dev/null
+    wait_exit "$SERVER_PID" 10
+    [[ $EXIT_STATUS -eq 0 ]]
+    SERVER_PID=
+    [[ $(bitmap_flags "$IMG" b4) == auto ]]
+    qemu_check_clean "$IMG"
+    # A third, ended by SIGINT.
+    start_server -t "$IMG"
+    qemu-io -f raw -c 'write -P 3 40M 4k' "$URI" >/dev/null
     stop_server INT
+    [[ $(bitmap_flags "$IMG" b4) == auto ]]
     qemu_check_clean "$IMG"
     run qemu_dirty "$IMG" b4
+    assert_line '41943040 4096'
     assert_line '31457280 4096'
     assert_line '1048576 8192'
 }
