@@ -106,7 +106,7 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
             json_uint(w, "date-nsec", sn->date_nsec);
             json_uint(w, "vm-clock-sec", sn->vm_clock_nsec / 1000000000ULL);
             json_str(w, "id", sn->id);
-            json_uint(w, "vm-state-size", sn->vm_state_size);
+            json_int(w, "vm-state-size", (int64_t)sn->vm_state_size); /* an int in qemu */
             json_end_object(w);
         }
         json_end_array(w);

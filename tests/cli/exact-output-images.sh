@@ -112,7 +112,8 @@ q snapshot -c "ünïcödé" snap.qcow2
 q snapshot -c "emoji😀\"x" snap.qcow2
 out snap.qcow2 qcow2
 # a snapshot whose extra data ends before icount (16 bytes, as older
-# writers left it): no icount in qemu-img's output
+# writers left it): no icount in qemu-img's output; and a VM state size
+# past 2^63, which qemu prints as a negative int
 q create -f qcow2 noicount.qcow2 1M
 q snapshot -c a noicount.qcow2
 python3 - noicount.qcow2 <<'PY'
@@ -124,7 +125,7 @@ f.seek(table)
 e = f.read(256)
 idl, nml = struct.unpack(">HH", e[12:16])
 extra = struct.unpack(">I", e[36:40])[0]
-new = e[:36] + struct.pack(">I", 16) + e[40:56] + e[40 + extra:40 + extra + idl + nml]
+new = e[:36] + struct.pack(">I", 16) + bytes([0xFF] * 8) + e[48:56] + e[40 + extra:40 + extra + idl + nml]
 f.seek(table)
 f.write(new + bytes((-len(new)) % 8 + 8))
 PY
