@@ -216,8 +216,13 @@ EOF
 @test "exact output: check and check -r leaks|all on leaked and corrupt images" {
     local k r out rc_q rc_d
     cd "$TEST_DIR"
-    for k in leak corrupt shared; do
-        craft "$k.qcow2" "$k"
+    for k in leak corrupt shared dirty; do
+        # dirty: lazy refcounts and a crashed writer (refcounts of 0)
+        if [[ $k == dirty ]]; then
+            cp "$IMAGES/dirty.qcow2" dirty.qcow2
+        else
+            craft "$k.qcow2" "$k"
+        fi
         same check --output=json "$k.qcow2"
         same check "$k.qcow2"
         for r in leaks all; do
