@@ -126,7 +126,7 @@ static int expand_entry_locked(struct qcow2_state *s, uint64_t l2_refs, bool bel
 static int expand_l2_locked(struct qcow2_state *s, uint64_t l2_off, bool below, uint64_t *l2)
 {
     struct qcow2_free_list drop = {0};
-    uint64_t n = s->cluster_size / 8, refs;
+    uint64_t n = s->cluster_size / 8, refs = 1;
     bool dirty = false;
     int r = check_cluster(s, l2_off, "L2 table");
 
