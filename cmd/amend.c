@@ -36,38 +36,6 @@ static void amend_usage(FILE *f)
                "usage,\n" CMD_IN_USE_HELP ".  See diskimg-amend(1).\n");
 }
 
-/* --image-opts "k=v,...": the generic keys fill o, the rest go to the
- * drivers.  spec is split in place and must outlive o. */
-static int parse_image_opts(char *spec, struct blk_image_opts *o)
-{
-    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *value = strchr(kv, '=');
-        const char *key = kv;
-
-        if (!value) {
-            return cmd_usage_error("amend", "--image-opts: '%s' is not key=value", kv);
-        }
-        *value++ = '\0';
-        if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
-            o->format = value;
-        } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0) {
-            o->filename = value;
-        } else if (strcmp(key, "file.driver") == 0) {
-            if (strcmp(value, "file") != 0) {
-                return cmd_usage_error("amend", "--image-opts: file.driver=%s is not supported",
-                                       value);
-            }
-        } else if (strcmp(key, "cache") == 0) {
-            if (blk_cache_mode_parse(value, &o->cache) < 0) {
-                return cmd_usage_error("amend", "--image-opts: invalid cache mode '%s'", value);
-            }
-        } else if (blk_kv_add(&o->options, key, value) < 0) {
-            return cmd_usage_error("amend", "--image-opts: %s", err_msg());
-        }
-    }
-    return 0;
-}
-
 /* -o help: the format given, or the image's. */
 static int print_help(const char *format, struct blk_image_opts *o, bool have_image)
 {
@@ -216,15 +184,9 @@ static int amend_run(int argc, char **argv)
             if (o.format) {
                 return cmd_usage_error("amend", "--image-opts and -f are mutually exclusive");
             }
-            r = parse_image_opts(argv[optind], &o);
+            r = cmd_parse_image_opts("amend", argv[optind], CMD_IMAGE_OPTS_CACHE, &o);
             if (r) {
                 return r;
-            }
-            if (!o.filename) {
-                return cmd_usage_error("amend", "--image-opts: file.filename is missing");
-            }
-            if (blk_kv_check(&o.options) < 0) {
-                return cmd_usage_error("amend", "--image-opts: %s", err_msg());
             }
         } else {
             o.filename = argv[optind];

@@ -57,36 +57,6 @@ static void bitmap_usage(FILE *f)
                "2 bad usage, " CMD_IN_USE_HELP ".  See diskimg-bitmap(1).\n");
 }
 
-/* --image-opts: the generic keys; the rest go to the drivers. */
-static int parse_image_opts(char *spec, struct blk_image_opts *o)
-{
-    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            return cmd_usage_error("bitmap", "--image-opts: '%s' is not key=value", kv);
-        }
-        *eq = '\0';
-        const char *k = kv, *v = eq + 1;
-        if (strcmp(k, "driver") == 0 || strcmp(k, "format") == 0) {
-            o->format = v;
-        } else if (strcmp(k, "file.filename") == 0 || strcmp(k, "filename") == 0 ||
-                   strcmp(k, "file") == 0) {
-            o->filename = v;
-        } else if (strcmp(k, "file.driver") == 0 && strcmp(v, "file") == 0) {
-            continue;
-        } else if (blk_kv_add(&o->options, k, v) < 0) {
-            return cmd_usage_error("bitmap", "--image-opts: %s", err_msg());
-        }
-    }
-    if (!o->filename) {
-        return cmd_usage_error("bitmap", "--image-opts needs file.filename=PATH");
-    }
-    if (blk_kv_check(&o->options) < 0) {
-        return cmd_usage_error("bitmap", "--image-opts: %s", err_msg());
-    }
-    return 0;
-}
-
 /* The source of a merge: from IMAGE itself, or from -b's image. */
 static int load_source(struct blk_image *img, struct blk_image *src_img, const char *name,
                        struct blk_bitmap **out)
@@ -320,7 +290,7 @@ static int bitmap_run(int argc, char **argv)
         if (!spec) {
             return EXIT_ERROR;
         }
-        r = parse_image_opts(spec, &o);
+        r = cmd_parse_image_opts("bitmap", spec, 0, &o);
         if (r) {
             return r;
         }

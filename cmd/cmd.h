@@ -117,11 +117,24 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 
 /* --image-opts IMAGE (cmd/image-opts.c): "driver=FMT,file.filename=PATH,
  * KEY=VALUE..." split in place into o (format, filename, driver keys);
- * 0, or EXIT_USAGE after printing why.  For subcommand sub's messages. */
+ * 0, or EXIT_USAGE after printing why.  For subcommand sub's messages;
+ * keys (CMD_IMAGE_OPTS_*) names the extra generic keys sub takes. */
 enum { CMD_OPT_IMAGE_OPTS = 0x4300 };
 #define CMD_IMAGE_OPTS_HELP                                                                        \
     "      --image-opts       IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
-int cmd_parse_image_opts(const char *sub, char *spec, struct blk_image_opts *o);
+#define CMD_IMAGE_OPTS_CACHE 1u /* cache=MODE sets o->cache */
+int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_image_opts *o);
+/* The pieces it is made of, for a parser taking more keys (serve):
+ * cmd_kv_foreach calls fn on each "key=value" of spec (split in place),
+ * stopping at fn's first non-zero return; messages name option what.
+ * cmd_image_opts_key takes the keys every subcommand understands (driver,
+ * format, file.filename, filename, file, file.driver): 0, EXIT_USAGE
+ * after printing why, or CMD_KEY_NOT_MINE for any other key. */
+#define CMD_KEY_NOT_MINE (-1)
+typedef int (*cmd_kv_fn)(void *opaque, const char *key, const char *value);
+int cmd_kv_foreach(const char *sub, const char *what, char *spec, cmd_kv_fn fn, void *opaque);
+int cmd_image_opts_key(const char *sub, const char *what, struct blk_image_opts *o, const char *key,
+                       const char *value);
 
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */

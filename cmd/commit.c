@@ -125,7 +125,7 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
         if (a->img.format) {
             return cmd_usage_error("commit", "--image-opts and -f are mutually exclusive");
         }
-        int r2 = cmd_parse_image_opts("commit", argv[optind], &a->img);
+        int r2 = cmd_parse_image_opts("commit", argv[optind], 0, &a->img);
         if (r2 != 0) {
             return r2;
         }

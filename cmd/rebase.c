@@ -141,7 +141,7 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         if (a->img.format) {
             return cmd_usage_error("rebase", "--image-opts and -f are mutually exclusive");
         }
-        int r2 = cmd_parse_image_opts("rebase", argv[optind], &a->img);
+        int r2 = cmd_parse_image_opts("rebase", argv[optind], 0, &a->img);
         if (r2 != 0) {
             return r2;
         }

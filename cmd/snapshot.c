@@ -190,40 +190,6 @@ static int snapshot_change(struct blk_image_opts *o, enum sn_action a, const cha
 
 /* ---- options ---- */
 
-/* --image-opts: the keys every subcommand understands fill o; the rest
- * go to the image's drivers, which check them. */
-static int image_opts(char *spec, struct blk_image_opts *o)
-{
-    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) {
-            return cmd_usage_error("snapshot", "--image-opts: '%s' is not key=value", kv);
-        }
-        *eq = '\0';
-        const char *key = kv, *value = eq + 1;
-        if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
-            o->format = value;
-        } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
-                   strcmp(key, "file") == 0) {
-            o->filename = value;
-        } else if (strcmp(key, "file.driver") == 0) {
-            if (strcmp(value, "file") != 0) {
-                return cmd_usage_error("snapshot", "--image-opts: file.driver=%s is not supported",
-                                       value);
-            }
-        } else if (blk_kv_add(&o->options, key, value) < 0) {
-            return cmd_usage_error("snapshot", "--image-opts: %s", err_msg());
-        }
-    }
-    if (!o->filename) {
-        return cmd_usage_error("snapshot", "--image-opts: file.filename is missing");
-    }
-    if (blk_kv_check(&o->options) < 0) {
-        return cmd_usage_error("snapshot", "--image-opts: %s", err_msg());
-    }
-    return 0;
-}
-
 static int set_action(enum sn_action *a, enum sn_action want, const char **name, const char *arg)
 {
     if (*a != SN_NONE) {
@@ -316,7 +282,7 @@ static int snapshot_run(int argc, char **argv)
         if (o.format) {
             return cmd_usage_error("snapshot", "--image-opts and -f cannot be used together");
         }
-        r = image_opts(argv[optind], &o);
+        r = cmd_parse_image_opts("snapshot", argv[optind], 0, &o);
         if (r) {
             return r;
         }
