@@ -124,17 +124,12 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
                      const char *what)
 {
     bool b;
+    int r = cmd_image_opts_key("serve", what, img, key, value);
 
-    if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
-        img->format = value;
-    } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
-               strcmp(key, "file") == 0) {
-        img->filename = value;
-    } else if (strcmp(key, "file.driver") == 0) {
-        if (strcmp(value, "file") != 0) {
-            return cmd_usage_error("serve", "%s: file.driver=%s is not supported", what, value);
-        }
-    } else if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
+    if (r != CMD_KEY_NOT_MINE) {
+        return r;
+    }
+    if (strcmp(key, "aio") == 0 || strcmp(key, "file.aio") == 0) {
         if (blk_aio_parse(value, &img->aio) < 0) {
             return cmd_usage_error("serve", "%s: invalid aio '%s'", what, value);
         }
@@ -192,26 +187,6 @@ static int check_driver_keys(const struct blk_image_opts *img, const char *what)
     return 0;
 }
 
-/* Walk "key=value,..." of spec (modified in place; values point into it). */
-static int spec_foreach(char *spec, const char *what,
-                        int (*fn)(void *opaque, const char *key, const char *value), void *opaque)
-{
-    for (char *save = NULL, *kv = strtok_r(spec, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        int r;
-
-        if (!eq) {
-            return cmd_usage_error("serve", "%s: '%s' is not key=value", what, kv);
-        }
-        *eq = '\0';
-        r = fn(opaque, kv, eq + 1);
-        if (r) {
-            return r;
-        }
-    }
-    return 0;
-}
-
 static int image_opts_key(void *opaque, const char *key, const char *value)
 {
     return image_key(opaque, key, value, "--image-opts");
@@ -258,7 +233,7 @@ static int serve_parse_export(struct serve_opts *o, const struct blk_image_opts 
     }
     *e = (struct serve_export){.img = *defaults};
     e->img.filename = NULL;
-    r = spec_foreach(spec, "--export", export_key, e);
+    r = cmd_kv_foreach("serve", "--export", spec, export_key, e);
     if (r) {
         return r;
     }
@@ -579,7 +554,7 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             return cmd_usage_error("serve", "%s", err_msg());
         }
         if (o->image_opts) {
-            r = spec_foreach(argv[optind], "--image-opts", image_opts_key, &o->img);
+            r = cmd_kv_foreach("serve", "--image-opts", argv[optind], image_opts_key, &o->img);
             if (r) {
                 return r;
             }
