@@ -180,16 +180,9 @@ static int amend_run(int argc, char **argv)
         return cmd_usage_error("amend", "Expecting one image file name");
     }
     if (optind < argc) {
-        if (image_opts) {
-            if (o.format) {
-                return cmd_usage_error("amend", "--image-opts and -f are mutually exclusive");
-            }
-            r = cmd_parse_image_opts("amend", argv[optind], CMD_IMAGE_OPTS_CACHE, &o);
-            if (r) {
-                return r;
-            }
-        } else {
-            o.filename = argv[optind];
+        r = cmd_image_operand("amend", argv[optind], image_opts, CMD_IMAGE_OPTS_CACHE, &o);
+        if (r) {
+            return r;
         }
     }
     if (has_help(options)) {

@@ -265,7 +265,6 @@ static int bitmap_run(int argc, char **argv)
     struct bitmap_args a = {0};
     struct blk_image_opts o = {0};
     struct blk_image *img = NULL, *src = NULL;
-    CLEANUP_FREE char *spec = NULL; /* --image-opts: o's strings point into it */
     uint32_t granularity = 0;
     int r;
 
@@ -283,17 +282,9 @@ static int bitmap_run(int argc, char **argv)
     if (r) {
         return r;
     }
-    o.filename = argv[optind];
-    if (a.image_opts) {
-        spec = strdup(argv[optind]);
-        o.filename = NULL;
-        if (!spec) {
-            return EXIT_ERROR;
-        }
-        r = cmd_parse_image_opts("bitmap", spec, 0, &o);
-        if (r) {
-            return r;
-        }
+    r = cmd_image_operand("bitmap", argv[optind], a.image_opts, 0, &o);
+    if (r) {
+        return r;
     }
     r = open_images(&a, &o, &img, &src);
     if (r) {

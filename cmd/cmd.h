@@ -124,6 +124,10 @@ enum { CMD_OPT_IMAGE_OPTS = 0x4300 };
     "      --image-opts       IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
 #define CMD_IMAGE_OPTS_CACHE 1u /* cache=MODE sets o->cache */
 int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_image_opts *o);
+/* The IMAGE operand arg: with --image-opts (image_opts), its options
+ * (refused beside -f), else the file name; 0 or EXIT_USAGE. */
+int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys,
+                      struct blk_image_opts *o);
 /* The pieces it is made of, for a parser taking more keys (serve):
  * cmd_kv_foreach calls fn on each "key=value" of spec (split in place),
  * stopping at fn's first non-zero return; messages name option what.

@@ -120,15 +120,9 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
     if (argc - optind != 1) {
         return cmd_usage_error("commit", "expected one FILE");
     }
-    a->img.filename = argv[optind];
-    if (a->image_opts) {
-        if (a->img.format) {
-            return cmd_usage_error("commit", "--image-opts and -f are mutually exclusive");
-        }
-        int r2 = cmd_parse_image_opts("commit", argv[optind], 0, &a->img);
-        if (r2 != 0) {
-            return r2;
-        }
+    int r2 = cmd_image_operand("commit", argv[optind], a->image_opts, 0, &a->img);
+    if (r2 != 0) {
+        return r2;
     }
     return 0;
 }

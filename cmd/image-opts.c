@@ -86,3 +86,17 @@ int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_
     }
     return 0;
 }
+
+int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys,
+                      struct blk_image_opts *o)
+{
+    if (!image_opts) {
+        o->filename = arg;
+        return 0;
+    }
+    if (o->format) {
+        return cmd_usage_error(sub, "--image-opts and -f are mutually exclusive");
+    }
+    o->filename = NULL; /* only file.filename= names the file */
+    return cmd_parse_image_opts(sub, arg, keys, o);
+}

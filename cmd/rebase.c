@@ -136,15 +136,9 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
     if (argc - optind != 1) {
         return cmd_usage_error("rebase", "expected one FILE");
     }
-    a->img.filename = argv[optind];
-    if (a->image_opts) {
-        if (a->img.format) {
-            return cmd_usage_error("rebase", "--image-opts and -f are mutually exclusive");
-        }
-        int r2 = cmd_parse_image_opts("rebase", argv[optind], 0, &a->img);
-        if (r2 != 0) {
-            return r2;
-        }
+    int r2 = cmd_image_operand("rebase", argv[optind], a->image_opts, 0, &a->img);
+    if (r2 != 0) {
+        return r2;
     }
     if (!a->unsafe && !a->name) {
         return cmd_usage_error("rebase", "Must specify backing file (-b) or use unsafe mode (-u)");

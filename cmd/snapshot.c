@@ -278,16 +278,9 @@ static int snapshot_run(int argc, char **argv)
     if (json && action != SN_LIST) {
         return cmd_usage_error("snapshot", "--output applies to -l only");
     }
-    if (with_image_opts) {
-        if (o.format) {
-            return cmd_usage_error("snapshot", "--image-opts and -f cannot be used together");
-        }
-        r = cmd_parse_image_opts("snapshot", argv[optind], 0, &o);
-        if (r) {
-            return r;
-        }
-    } else {
-        o.filename = argv[optind];
+    r = cmd_image_operand("snapshot", argv[optind], with_image_opts, 0, &o);
+    if (r) {
+        return r;
     }
     if (action != SN_LIST) {
         return snapshot_change(&o, action, name);
