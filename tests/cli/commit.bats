@@ -8,6 +8,7 @@
 # writethrough run, commit leaves a chain that reads as before.
 
 load '../helpers'
+load '../crash-lib'
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -15,18 +16,6 @@ setup() {
     cd "$TEST_DIR"
 }
 teardown() { cleanup_test; }
-
-KILL_LIB=${DISKIMG_KILL_AFTER_LIB:-$BATS_TEST_DIRNAME/../../build/tests/kill-after.so}
-
-# killed_after N ARGS...: diskimg ARGS, killed (SIGKILL) just before its
-# Nth write, sync or truncate (tests/preload/kill-after.c); its status.
-killed_after() {
-    local n=$1 rc=0
-    shift
-    { LD_PRELOAD=$KILL_LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-        DISKIMG_KILL_AFTER=$n "$DISKIMG" "$@"; } >/dev/null 2>&1 || rc=$?
-    return $rc
-}
 
 # make_chain P: P-base.qcow2 <- P-mid.qcow2 <- P-top.qcow2, 4 MiB.
 # base: 0x11 in 0-1M, 0x12 in 2M-2.5M; mid: 0x21 in 1M-2M, zeroes at

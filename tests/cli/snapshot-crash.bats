@@ -9,24 +9,14 @@
 # one or the other, never a mix.
 
 load '../helpers'
+load '../crash-lib'
 bats_require_minimum_version 1.5.0
 
 setup() { setup_test; }
 teardown() { cleanup_test; }
 
-KILL_LIB=${DISKIMG_KILL_AFTER_LIB:-$BATS_TEST_DIRNAME/../../build/tests/kill-after.so}
-
 tags() {
     qemu-img snapshot -l "$1" | awk 'NR > 2 { print $2 }' | tr '\n' ' '
-}
-
-# killed_after N ARGS...: diskimg ARGS, killed before its Nth file change
-# (the shell's "Killed" notice and diskimg's stderr are not kept).
-killed_after() {
-    local n=$1
-    shift
-    { LD_PRELOAD=$KILL_LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-        DISKIMG_KILL_AFTER=$n "$DISKIMG" "$@"; } 2>/dev/null
 }
 
 # crash_walk BASE "OP ARGS" OLD_CONTENT NEW_CONTENT: run the operation on
