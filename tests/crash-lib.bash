@@ -14,3 +14,39 @@ killed_after() {
         DISKIMG_KILL_AFTER=$n "$DISKIMG" "$@"; } >/dev/null 2>&1 || rc=$?
     return $rc
 }
+
+# killed_at_random RESET CHECK ARGS...: diskimg ARGS on the images that
+# the function RESET puts back, SIGKILLed at random moments of its run,
+# each run followed by the function CHECK on what it left; up to 8 runs,
+# until two were killed.  The moments are drawn from 10% to 90% of the
+# length of a first, whole run (checked too), so they fall inside the run
+# however fast or loaded the machine is.  A run that ends before its kill
+# (the machine got faster) is the "after" state: checked like the others,
+# and the next moments come earlier.  Fails unless some run was killed.
+killed_at_random() {
+    local reset=$1 check=$2 killed=0 i pid rc start us
+    shift 2
+    "$reset"
+    start=$(date +%s%N)
+    "$DISKIMG" "$@"
+    us=$((($(date +%s%N) - start) / 1000))
+    "$check"
+    for ((i = 0; i < 8 && killed < 2; i++)); do
+        "$reset"
+        "$DISKIMG" "$@" &
+        pid=$!
+        local at=$((us / 10 + RANDOM * (us * 8 / 10) / 32768))
+        sleep "$(printf '%d.%06d' $((at / 1000000)) $((at % 1000000)))"
+        kill -KILL "$pid" 2>/dev/null || true
+        rc=0
+        wait "$pid" || rc=$?
+        [[ $rc -eq 0 || $rc -eq 137 ]] || { echo "run $i: exit $rc" >&2; return 1; }
+        if [[ $rc -eq 137 ]]; then
+            killed=$((killed + 1))
+        else
+            us=$((us / 2))
+        fi
+        "$check"
+    done
+    [[ $killed -gt 0 ]] || { echo "no run was killed before it ended" >&2; return 1; }
+}
