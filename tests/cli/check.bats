@@ -145,7 +145,7 @@ qemu_clean() {
     assert_output --partial "No errors were found on the image."
     qemu_clean "$TEST_DIR/a.qcow2"
     # The data is untouched.
-    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" | grep -q 'read 262144/262144'
+    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" >/dev/null
     # -r all fixes leaks too.
     run "$DISKIMG" check -r all "$TEST_DIR/b.qcow2"
     assert_success
@@ -182,7 +182,7 @@ qemu_clean() {
     run "$DISKIMG" check -r all "$TEST_DIR/a.qcow2"
     assert_success
     qemu_clean "$TEST_DIR/a.qcow2"
-    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" | grep -q 'read 262144/262144'
+    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" >/dev/null
 }
 
 @test "check: a refcount of 0 on a used cluster (corruption): exit 2; -r leaks does not claim success; -r all fixes it" {
@@ -200,7 +200,7 @@ qemu_clean() {
     run "$DISKIMG" check -r all "$TEST_DIR/a.qcow2"
     assert_success
     qemu_clean "$TEST_DIR/a.qcow2"
-    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" | grep -q 'read 262144/262144'
+    qemu-io -f qcow2 -r -c 'read -P 0x3c 0 256k' "$TEST_DIR/a.qcow2" >/dev/null
 }
 
 @test "check: a dirty image (lazy refcounts + crash): exit 2 like qemu-img; -r all rebuilds" {
@@ -218,7 +218,7 @@ qemu_clean() {
     qemu_clean "$TEST_DIR/d.qcow2"
     run qemu-img info --output=json "$TEST_DIR/d.qcow2"
     assert_output --partial '"dirty-flag": false'
-    qemu-io -f qcow2 -r -c 'read -P 7 0 1M' "$TEST_DIR/d.qcow2" | grep -q 'read 1048576/1048576'
+    qemu-io -f qcow2 -r -c 'read -P 7 0 1M' "$TEST_DIR/d.qcow2" >/dev/null
 }
 
 @test "check: a raw image: exit 63, as qemu-img" {
