@@ -204,6 +204,32 @@ struct layout {
     uint64_t entries, chunk_ratio, nblocks;
 };
 
+/* qemu's BAT for a disk of no blocks: qemu 7.2 counts its entries as
+ * 0 + (0u - 1) / chunk_ratio in 32 bits and refuses ("Invalid
+ * argument") a BAT region smaller than that, so an empty disk gets that
+ * region, as "qemu-img create -f vhdx x 0" writes it (its entries stay
+ * zero: no block present).  diskimg itself counts no entries. */
+static uint64_t empty_disk_bat_bytes(uint64_t chunk_ratio)
+{
+    return ((uint64_t)UINT32_MAX / chunk_ratio) * 8;
+}
+
+/* Where create puts each region, and the sizes write.c works with. */
+static void plan_layout(const struct create_opts *c, struct layout *l)
+{
+    l->size = ROUND_UP(c->size, c->logical_sector);
+    l->block_size = c->block_size ? clamped_block_size(c->block_size) : auto_block_size(l->size);
+    l->log_size = (uint32_t)ROUND_UP(c->log_size, (uint64_t)MiB);
+    l->chunk_ratio = vhdx_chunk_ratio((uint32_t)c->logical_sector, l->block_size);
+    l->nblocks = (l->size + l->block_size - 1) / l->block_size;
+    l->entries = vhdx_bat_entries_for(l->size, l->block_size, l->chunk_ratio);
+    l->bat_off = MiB + l->log_size;
+    uint64_t bat_bytes = l->entries ? l->entries * 8 : empty_disk_bat_bytes(l->chunk_ratio);
+    l->bat_len = ROUND_UP(bat_bytes, (uint64_t)MiB);
+    l->meta_off = l->bat_off + l->bat_len;
+    l->data_off = l->bat_off + l->bat_len + 5 * MiB;
+}
+
 static void put_region(uint8_t *t, unsigned i, const uint8_t *guid, uint64_t off, uint64_t len)
 {
     uint8_t *e = t + 16 + 32 * i;
@@ -350,17 +376,7 @@ int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **s
         return r;
     }
     uint64_t asked_block = c.block_size, asked_log = c.log_size;
-    l.size = ROUND_UP(c.size, c.logical_sector);
-    l.block_size = c.block_size ? clamped_block_size(c.block_size) : auto_block_size(l.size);
-    l.log_size = (uint32_t)ROUND_UP(c.log_size, (uint64_t)MiB);
-    l.chunk_ratio = vhdx_chunk_ratio((uint32_t)c.logical_sector, l.block_size);
-    l.nblocks = (l.size + l.block_size - 1) / l.block_size;
-    l.entries = vhdx_bat_entries_for(l.size, l.block_size, l.chunk_ratio);
-    l.bat_off = MiB + l.log_size;
-    l.bat_len = ROUND_UP(MAX(l.entries * 8, (uint64_t)1), (uint64_t)MiB);
-    l.meta_off = l.bat_off + l.bat_len;
-    l.data_off = l.bat_off + l.bat_len + 5 * MiB;
-
+    plan_layout(&c, &l);
     uint64_t end = l.data_off + (c.fixed ? l.nblocks * l.block_size : 0);
     r = blk_truncate(file, end);
     if (r == 0) {
