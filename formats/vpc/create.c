@@ -191,3 +191,47 @@ int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **su
     free_create_opts(&c);
     return r;
 }
+
+/* measure: the file "convert -O vpc" writes (create's layout above plus
+ * write.c's blocks, each a one-sector bitmap and the block, appended
+ * before the trailing footer).  qemu-img cannot measure vpc; these are
+ * diskimg's own numbers, exact for what diskimg writes.  Fixed: the
+ * disk and its footer, allocated or not. */
+int vpc_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
+{
+    struct blk_create_opts sized = *o;
+    struct create_opts c;
+    uint16_t cy;
+    uint8_t h, sp;
+    uint64_t sectors, data = 0;
+    int r;
+
+    sized.size = src ? blk_image_size(src) : o->size;
+    sized.size_set = true;
+    r = parse_create_opts(&sized, &c);
+    if (r == 0) {
+        r = vpc_create_geometry(ROUND_UP(c.size, VPC_SECTOR), c.force_size, &cy, &h, &sp, &sectors);
+    }
+    bool fixed = c.fixed;
+    free_create_opts(&c);
+    if (r < 0) {
+        return r;
+    }
+    uint64_t size = sectors * VPC_SECTOR;
+    if (fixed) {
+        m->required = m->fully_allocated = size + VPC_FOOTER_SIZE;
+        return 0;
+    }
+    if (src && (r = blk_image_data_clusters(src, VPC_CREATE_BLOCK, &data)) < 0) {
+        return r;
+    }
+    const uint64_t entries = (size + VPC_CREATE_BLOCK - 1) / VPC_CREATE_BLOCK;
+    const uint64_t bitmap = ROUND_UP(VPC_CREATE_BLOCK / VPC_SECTOR / 8, VPC_SECTOR);
+    const uint64_t per_block = bitmap + VPC_CREATE_BLOCK;
+    const uint64_t front =
+        VPC_FOOTER_SIZE + VPC_DYN_HEADER_SIZE + ROUND_UP(entries * 4, VPC_SECTOR);
+
+    m->fully_allocated = front + entries * per_block + VPC_FOOTER_SIZE;
+    m->required = front + data / VPC_CREATE_BLOCK * per_block + VPC_FOOTER_SIZE;
+    return 0;
+}

@@ -405,6 +405,7 @@ static const struct blk_driver vpc_driver = {
     .get_info = vpc_get_info,
     .create = vpc_create,
     .create_check = vpc_create_check,
+    .measure = vpc_measure,
     .create_help = VPC_CREATE_HELP,
 };
 

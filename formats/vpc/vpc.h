@@ -172,6 +172,8 @@ int vpc_write_back_bat(struct vpc_state *s);
 /* create.c */
 int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int vpc_create_check(const struct blk_create_opts *o);
+/* The file size "convert -O vpc" writes (the driver's measure). */
+int vpc_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m);
 #define VPC_CREATE_HELP                                                                            \
     "Supported options:\n"                                                                         \
     "  force_size=<bool (on/off)> - Force disk size calculation to use the actual size "           \
