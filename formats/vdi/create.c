@@ -193,3 +193,30 @@ int vdi_create(struct blk_node *file, const struct blk_create_opts *o, char **su
     }
     return 0;
 }
+
+/* measure: the file "convert -O vdi" writes: the header sector, the
+ * map up to the data area, and one block for each block of the source
+ * that holds data (alloc.c appends them in write order, whole); a static
+ * image has every block, written or not.  qemu-img cannot measure vdi;
+ * these are diskimg's own numbers. */
+int vdi_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
+{
+    struct vdi_create c;
+    struct blk_create_opts sized = *o;
+    uint64_t data = 0;
+    int r;
+
+    sized.size = src ? blk_image_size(src) : o->size;
+    sized.size_set = true;
+    if ((r = parse_create(&sized, &c)) < 0) {
+        return r;
+    }
+    const uint64_t blocks = (c.size + VDI_BLOCK_SIZE - 1) / VDI_BLOCK_SIZE;
+    const uint64_t off_data = VDI_SECTOR + ROUND_UP(blocks * 4, VDI_SECTOR);
+    if (src && !c.is_static && (r = blk_image_data_clusters(src, VDI_BLOCK_SIZE, &data)) < 0) {
+        return r;
+    }
+    m->fully_allocated = off_data + blocks * VDI_BLOCK_SIZE;
+    m->required = c.is_static ? m->fully_allocated : off_data + data;
+    return 0;
+}

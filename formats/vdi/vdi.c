@@ -227,6 +227,7 @@ static const struct blk_driver vdi_driver = {
     .check = vdi_check,
     .create = vdi_create,
     .create_check = vdi_create_check,
+    .measure = vdi_measure,
     .create_help = vdi_create_help,
 };
 

@@ -162,6 +162,8 @@ int vdi_check(struct blk_node *n, enum blk_repair repair, FILE *report,
 /* create.c */
 int vdi_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int vdi_create_check(const struct blk_create_opts *o);
+/* The file size "convert -O vdi" writes (the driver's measure). */
+int vdi_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m);
 extern const char vdi_create_help[];
 
 #endif
