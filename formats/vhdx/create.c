@@ -404,3 +404,34 @@ int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     free_opts(&c);
     return r;
 }
+
+/* measure: the file "convert -O vhdx" writes: create's front (headers,
+ * log, BAT, metadata, up to the payload) and, for a dynamic image, one
+ * block for each block of the source that holds data (rw.c appends each
+ * whole, at a 1 MiB boundary, which every block size is a multiple of);
+ * a fixed image has every block.  qemu-img cannot measure vhdx; these
+ * are diskimg's own numbers. */
+int vhdx_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
+{
+    struct blk_create_opts sized = *o;
+    struct create_opts c;
+    struct layout l;
+    uint64_t data = 0;
+    int r;
+
+    sized.size = src ? blk_image_size(src) : o->size;
+    sized.size_set = true;
+    r = parse_opts(&sized, &c);
+    bool fixed = c.fixed;
+    free_opts(&c);
+    if (r < 0) {
+        return r;
+    }
+    plan_layout(&c, &l);
+    if (src && !fixed && (r = blk_image_data_clusters(src, l.block_size, &data)) < 0) {
+        return r;
+    }
+    m->fully_allocated = l.data_off + l.nblocks * l.block_size;
+    m->required = fixed ? m->fully_allocated : l.data_off + data;
+    return 0;
+}

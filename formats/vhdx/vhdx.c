@@ -198,6 +198,7 @@ static const struct blk_driver vhdx_driver = {
     .get_info = vhdx_get_info,
     .create = vhdx_create,
     .create_check = vhdx_create_check,
+    .measure = vhdx_measure,
     .create_help = vhdx_create_help,
 };
 

@@ -202,6 +202,8 @@ int vhdx_set_identity(struct blk_node *n, const uint8_t seed[BLK_SEED_LEN]);
 /* ---- create.c ---- */
 int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int vhdx_create_check(const struct blk_create_opts *o);
+/* The file size "convert -O vhdx" writes (the driver's measure). */
+int vhdx_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m);
 extern const char vhdx_create_help[];
 
 #endif
