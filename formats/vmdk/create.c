@@ -441,3 +441,56 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
     *summary = strdup(line);
     return 0;
 }
+
+/* measure: the file "convert -O vmdk" writes.  monolithicSparse: create's
+ * front (header, descriptor, both grain directories and every table,
+ * rounded up to a grain) and one whole grain for each grain of the source
+ * that holds data, appended in write order.  streamOptimized: the same
+ * front, each grain deflated behind a 12-byte marker and padded to a
+ * sector, then the footer and end-of-stream sectors; how small a grain
+ * deflates depends on its bytes, so the numbers are an upper bound, with
+ * each grain at its full size plus one sector (deflate's worst case for a
+ * 64 KiB grain, 65,569 bytes, and the marker fit in it).  A new image with
+ * a backing file may need every grain.  qemu-img cannot measure vmdk;
+ * these are diskimg's own numbers. */
+int vmdk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
+{
+    struct blk_create_opts sized = *o;
+    struct vmdk_create_opts c;
+    uint8_t hdr[VMDK_HEADER_SIZE];
+    uint64_t overhead, data;
+    int r;
+
+    sized.size = src ? blk_image_size(src) : o->size;
+    sized.size_set = true;
+    if ((r = create_parse(&sized, &c)) < 0) {
+        return r;
+    }
+    const uint64_t grain = GRAIN_SECTORS * VMDK_SECTOR;
+    const uint64_t sectors = VMDK_DIV_UP(c.size, VMDK_SECTOR);
+    const uint64_t grains = VMDK_DIV_UP(sectors, GRAIN_SECTORS);
+    const uint64_t gt_count = VMDK_DIV_UP(grains, VMDK_MAX_GTES);
+    const uint64_t gd_sectors = VMDK_DIV_UP(gt_count * 4, VMDK_SECTOR);
+    if (sectors > (UINT64_C(1) << 40)) {
+        return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
+    }
+    const bool stream = c.subformat && strcmp(c.subformat, "streamOptimized") == 0;
+    put_header(hdr, &c, stream, sectors, gd_sectors, gt_count, &overhead);
+    data = grains * grain;
+    if (src && !c.backing_file && (r = blk_image_data_clusters(src, grain, &data)) < 0) {
+        return r;
+    }
+    if (!src && !c.backing_file) {
+        data = 0;
+    }
+    const uint64_t front = overhead * VMDK_SECTOR;
+    if (stream) {
+        const uint64_t tail = 3 * VMDK_SECTOR, per_grain = grain + VMDK_SECTOR;
+        m->fully_allocated = front + grains * per_grain + tail;
+        m->required = front + data / grain * per_grain + tail;
+    } else {
+        m->fully_allocated = front + grains * grain;
+        m->required = front + data;
+    }
+    return 0;
+}

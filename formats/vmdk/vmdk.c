@@ -578,6 +578,7 @@ static const struct blk_driver vmdk_driver = {
     .check = vmdk_check,
     .create = vmdk_create,
     .create_check = vmdk_create_check,
+    .measure = vmdk_measure,
     .create_help = VMDK_CREATE_HELP,
 };
 

@@ -224,6 +224,8 @@ static inline uint32_t vmdk_cid_from_uuid(const uint8_t *u)
 
 int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **summary);
 int vmdk_create_check(const struct blk_create_opts *o);
+/* The file size "convert -O vmdk" writes (the driver's measure). */
+int vmdk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m);
 /* What the descriptor of a new single-file image says. */
 struct vmdk_new_desc {
     uint32_t cid, parent_cid;
