@@ -515,6 +515,11 @@ struct blk_measure {
  * o->size bytes (src NULL) or one holding src's content (o->size unused).
  * -ENOTSUP with qemu-img's message for a format that cannot measure. */
 int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out);
+/* For a format's measure: *sized is o for a disk of src's size (o->size
+ * without src), size_set, its options without size= (qemu-img measure
+ * ignores it) in *options (malloc'd; the caller frees it). */
+int blk_measure_sized_opts(const struct blk_create_opts *o, struct blk_image *src,
+                           struct blk_create_opts *sized, char **options);
 /* Bytes in the cluster_size-aligned clusters of img that hold data, down
  * its backing chain; ranges that read as zeroes do not count (for a
  * format's measure). */

@@ -31,6 +31,44 @@ int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct b
     return drv->measure(o, src, out);
 }
 
+int blk_measure_sized_opts(const struct blk_create_opts *o, struct blk_image *src,
+                           struct blk_create_opts *sized, char **options)
+{
+    const char *list = o->options ? o->options : "";
+    size_t len = strlen(list), n = 0;
+    char *out = malloc(len + 1);
+
+    if (!out) {
+        return err_setx(ENOMEM, "measure: no memory for the options");
+    }
+    /* Items end at a comma that is not doubled (kv_foreach's rule); each
+     * is copied as written unless its key is size. */
+    for (size_t i = 0; i < len;) {
+        size_t start = i;
+        while (i < len && !(list[i] == ',' && list[i + 1] != ',')) {
+            i += list[i] == ',' ? 2 : 1;
+        }
+        size_t item = i - start;
+        bool is_size = item >= 4 && strncmp(list + start, "size", 4) == 0 &&
+                       (item == 4 || list[start + 4] == '=');
+        if (item && !is_size) {
+            if (n) {
+                out[n++] = ',';
+            }
+            memcpy(out + n, list + start, item);
+            n += item;
+        }
+        i++;
+    }
+    out[n] = '\0';
+    *sized = *o;
+    sized->options = out;
+    sized->size = src ? blk_image_size(src) : o->size;
+    sized->size_set = true;
+    *options = out;
+    return 0;
+}
+
 int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64_t *bytes)
 {
     uint64_t size = blk_image_size(img);

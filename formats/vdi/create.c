@@ -202,12 +202,14 @@ int vdi_create(struct blk_node *file, const struct blk_create_opts *o, char **su
 int vdi_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
 {
     struct vdi_create c;
-    struct blk_create_opts sized = *o;
+    struct blk_create_opts sized;
     uint64_t data = 0;
     int r;
 
-    sized.size = src ? blk_image_size(src) : o->size;
-    sized.size_set = true;
+    CLEANUP_FREE char *options = NULL;
+    if ((r = blk_measure_sized_opts(o, src, &sized, &options)) < 0) {
+        return r;
+    }
     if ((r = parse_create(&sized, &c)) < 0) {
         return r;
     }

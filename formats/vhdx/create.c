@@ -413,14 +413,16 @@ int vhdx_create(struct blk_node *file, const struct blk_create_opts *o, char **s
  * are diskimg's own numbers. */
 int vhdx_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
 {
-    struct blk_create_opts sized = *o;
+    struct blk_create_opts sized;
     struct create_opts c;
     struct layout l;
     uint64_t data = 0;
     int r;
 
-    sized.size = src ? blk_image_size(src) : o->size;
-    sized.size_set = true;
+    CLEANUP_FREE char *options = NULL;
+    if ((r = blk_measure_sized_opts(o, src, &sized, &options)) < 0) {
+        return r;
+    }
     r = parse_opts(&sized, &c);
     bool fixed = c.fixed;
     free_opts(&c);

@@ -455,14 +455,16 @@ int vmdk_create(struct blk_node *file, const struct blk_create_opts *o, char **s
  * these are diskimg's own numbers. */
 int vmdk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
 {
-    struct blk_create_opts sized = *o;
+    struct blk_create_opts sized;
     struct vmdk_create_opts c;
     uint8_t hdr[VMDK_HEADER_SIZE];
     uint64_t overhead, data;
     int r;
 
-    sized.size = src ? blk_image_size(src) : o->size;
-    sized.size_set = true;
+    CLEANUP_FREE char *options = NULL;
+    if ((r = blk_measure_sized_opts(o, src, &sized, &options)) < 0) {
+        return r;
+    }
     if ((r = create_parse(&sized, &c)) < 0) {
         return r;
     }

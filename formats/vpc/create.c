@@ -199,15 +199,17 @@ int vpc_create(struct blk_node *file, const struct blk_create_opts *o, char **su
  * disk and its footer, allocated or not. */
 int vpc_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *m)
 {
-    struct blk_create_opts sized = *o;
+    struct blk_create_opts sized;
     struct create_opts c;
     uint16_t cy;
     uint8_t h, sp;
     uint64_t sectors, data = 0;
     int r;
 
-    sized.size = src ? blk_image_size(src) : o->size;
-    sized.size_set = true;
+    CLEANUP_FREE char *options = NULL;
+    if ((r = blk_measure_sized_opts(o, src, &sized, &options)) < 0) {
+        return r;
+    }
     r = parse_create_opts(&sized, &c);
     if (r == 0) {
         r = vpc_create_geometry(ROUND_UP(c.size, VPC_SECTOR), c.force_size, &cy, &h, &sp, &sectors);
