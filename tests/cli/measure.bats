@@ -5,7 +5,9 @@
 # clusters, snapshots (-l), persistent bitmaps, v2, a backing chain,
 # metadata preallocation, the delivery formats -- into raw and qcow2 with
 # every option that changes the numbers; the promise checked by converting
-# (the file fits in 'required'); qemu-img's refusals and the errors.
+# (the file fits in 'required'); for vpc, vhdx, vdi and vmdk, which
+# qemu-img cannot measure, diskimg's own numbers against the files its
+# convert writes; the errors.
 
 load '../helpers'
 bats_require_minimum_version 1.5.0
@@ -174,20 +176,94 @@ make_sources() {
     done
 }
 
-@test "measure: formats qemu-img cannot measure are refused with its message" {
-    truncate -s 1M "$TEST_DIR/a.raw"
-    local f
-    for f in vpc vmdk vhdx vdi; do
-        run -1 --separate-stderr "$DISKIMG" measure -O "$f" --size 1G
-        assert_equal "$stderr" "diskimg: Block driver '$f' does not support size measurement"
-        run -1 --separate-stderr qemu-img measure -O "$f" --size 1G
-        assert_equal "$stderr" "qemu-img: Block driver '$f' does not support size measurement"
-        run -1 --separate-stderr "$DISKIMG" measure -O "$f" "$TEST_DIR/a.raw"
-        assert_equal "$stderr" "diskimg: Block driver '$f' does not support size measurement"
+# own_numbers ARGS...: diskimg measure ARGS' required and fully allocated
+# sizes, as "REQUIRED FULL" (python would cost more than the measure).
+own_numbers() {
+    "$DISKIMG" measure "$@" | sed -n 's/^required size: //p; s/^fully allocated size: //p' |
+        paste -sd' '
+}
+
+# check_own_measure FMT OPTS FULL_SOURCE: for the formats qemu-img cannot
+# measure, diskimg's numbers against the files its own convert writes:
+# 'required' is the converted file's size for each source (a sparse one
+# with scattered data, an empty one), 'fully-allocated' the size of a
+# convert of FULL_SOURCE, a non-zero raw as large as the new disk; the
+# --size numbers match those.  streamOptimized deflates its grains, so
+# for it both are upper bounds.
+check_own_measure() {
+    local fmt=$1 opts=$2 full=$3 d=$TEST_DIR s nums size bound=false
+    [[ $opts != *streamOptimized* ]] || bound=true
+    for s in sparse.raw empty.raw "$full"; do
+        rm -f "$d/out.img"
+        nums=($(own_numbers -O "$fmt" -o "$opts" -f raw "$d/$s"))
+        "$DISKIMG" convert -f raw -O "$fmt" -o "$opts" "$d/$s" "$d/out.img"
+        size=$(stat -c %s "$d/out.img")
+        if { ! $bound && [[ $size -ne ${nums[0]} ]]; } || [[ $size -gt ${nums[0]} ]]; then
+            echo "-O $fmt -o $opts $s: file $size bytes, required ${nums[0]}" >&2
+            return 1
+        fi
     done
+    # $full is as large as the disk: its required is fully-allocated, and
+    # so is --size's
+    [[ ${nums[0]} -eq ${nums[1]} ]]
+    local sized=($(own_numbers -O "$fmt" -o "$opts" --size "$(stat -c %s "$d/$full")"))
+    [[ ${sized[1]} -eq ${nums[1]} ]]
+}
+
+@test "measure: vpc, vhdx, vdi and vmdk, the size diskimg's convert writes" {
+    local d=$TEST_DIR
+    truncate -s 64M "$d/sparse.raw"
+    qemu-io -f raw -c 'write -P 1 0 100k' -c 'write -P 2 10M 1M' -c 'write -z 20M 1M' \
+        -c 'write -P 3 33553920 4k' -c 'write -P 4 63M 4k' "$d/sparse.raw" >/dev/null
+    truncate -s 40M "$d/empty.raw"
+    # full sources, non-zero everywhere, as large as the new disk: vpc
+    # rounds 16 MiB up to its CHS geometry (16 MiB + 16 KiB here)
+    head -c 16M /dev/urandom >"$d/full16.raw"
+    local vpc_size
+    "$DISKIMG" create -q -f vpc "$d/geo.vpc" 16M
+    vpc_size=$(qemu-img info "$d/geo.vpc" | sed -n 's/^virtual size: .*(\([0-9]*\) bytes)/\1/p')
+    cp "$d/full16.raw" "$d/fullvpc.raw"
+    head -c $((vpc_size - 16 * 1048576)) /dev/urandom >>"$d/fullvpc.raw"
+    check_own_measure vpc subformat=dynamic fullvpc.raw
+    check_own_measure vpc subformat=fixed fullvpc.raw
+    check_own_measure vpc force_size=on full16.raw
+    check_own_measure vdi static=off full16.raw
+    check_own_measure vdi static=on full16.raw
+    check_own_measure vhdx subformat=dynamic full16.raw
+    check_own_measure vhdx subformat=fixed,block_size=1M full16.raw
+    check_own_measure vhdx block_size=2M,log_size=2M,logical_sector_size=4096,physical_sector_size=4096 full16.raw
+    check_own_measure vmdk subformat=monolithicSparse full16.raw
+    check_own_measure vmdk subformat=streamOptimized full16.raw
+    check_own_measure vmdk subformat=streamOptimized,layout=vmware full16.raw
+    # the numbers themselves, once: 64 MiB rounds to 65,536 sectors + 32
+    # of CHS geometry, 33 blocks of 2 MiB + a sector of bitmap each
+    run -0 "$DISKIMG" measure -O vpc --size 64M
+    assert_output "required size: 2560
+fully allocated size: 69225472"
+    # -o size= is ignored, as qemu-img measure ignores it
+    [[ $(own_numbers -O vdi -o size=1G --size 2M) == "1024 2098176" ]]
+    # qemu-img itself still refuses these formats
+    run -1 --separate-stderr qemu-img measure -O vhdx --size 1G
+    assert_equal "$stderr" "qemu-img: Block driver 'vhdx' does not support size measurement"
     run -1 --separate-stderr "$DISKIMG" measure -O bogus --size 1G
     assert_equal "$stderr" "diskimg: Unknown file format 'bogus'"
     [[ -z "$output" ]]
+}
+
+@test "create -f vhdx and dd -O vhdx of 0 bytes: a file qemu-img opens, as its own" {
+    # qemu-img create -f vhdx x 0 writes 74448896 bytes (a 64 MiB BAT,
+    # zeroes): the same size, not run here as it writes them all
+    local d=$TEST_DIR f
+    run -0 "$DISKIMG" create -q -f vhdx "$d/d0.vhdx" 0
+    truncate -s 1M "$d/a.raw"
+    run -0 "$DISKIMG" dd -f raw -O vhdx bs=512 count=0 if="$d/a.raw" of="$d/dd0.vhdx"
+    for f in d0.vhdx dd0.vhdx; do
+        run -0 qemu-img check "$d/$f"
+        run -0 qemu-img info "$d/$f"
+        assert_line "virtual size: 0 B (0 bytes)"
+        [[ $(stat -c %s "$d/$f") -eq 74448896 ]]
+    done
+    [[ $(own_numbers -O vhdx --size 0) == "74448896 74448896" ]]
 }
 
 @test "measure: bad options and images fail with one line, usage errors exit 2" {
