@@ -81,6 +81,7 @@ make_sources() {
     assert_output --partial "Usage: diskimg measure"
     assert_output --partial "--size"
     assert_output --partial "bitmaps size"
+    assert_output --partial "vpc, vhdx, vdi, vmdk"
     assert_output --partial "Exit status"
     run -0 "$DISKIMG" --help
     assert_output --partial "measure"
