@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/error.h"
+
 #define MAX_EXTENTS 64
 
 uint8_t fuzz_buf[FUZZ_MAX_READ];
@@ -91,4 +93,38 @@ void fuzz_read_image(struct blk_image *img, uint64_t pick)
         fuzz_read_range(img, pos, ext.length < 65536 ? ext.length : 65536);
         pos += ext.length;
     }
+}
+
+void fuzz_write_round(const uint8_t *data, size_t size, uint64_t pick,
+                      void (*change)(struct blk_image *img, void *opaque),
+                      void (*inspect)(struct blk_image *img, void *opaque), void *opaque)
+{
+    char path[64];
+    struct blk_image *img = NULL;
+    struct blk_image_opts o = {
+        .filename = path,
+        .no_backing = true,
+        .untrusted = true,
+    };
+    struct blk_check_result res;
+
+    fuzz_image_file(data, size, path, sizeof path);
+    if (blk_image_open(&img, &o) < 0) {
+        err_clear();
+        return;
+    }
+    change(img, opaque);
+    blk_image_close(img);
+    err_clear();
+
+    o.read_only = true;
+    if (blk_image_open(&img, &o) == 0) {
+        if (inspect) {
+            inspect(img, opaque);
+        }
+        fuzz_read_image(img, pick);
+        (void)blk_image_check(img, BLK_REPAIR_NONE, NULL, &res);
+        blk_image_close(img);
+    }
+    err_clear();
 }

@@ -41,4 +41,14 @@ void fuzz_read_range(struct blk_image *img, uint64_t off, uint64_t len);
  * or skip on one. */
 void fuzz_read_image(struct blk_image *img, uint64_t pick);
 
+/* The round of a harness for a writer: the input as the file, opened for
+ * writing as an untrusted image (no backing file), given to change,
+ * closed (which writes back what the writer keeps in memory); then opened
+ * again read-only, as the next user would, given to inspect (when not
+ * NULL), read (fuzz_read_image at pick) and checked.  An input that does
+ * not open ends the round. */
+void fuzz_write_round(const uint8_t *data, size_t size, uint64_t pick,
+                      void (*change)(struct blk_image *img, void *opaque),
+                      void (*inspect)(struct blk_image *img, void *opaque), void *opaque);
+
 #endif

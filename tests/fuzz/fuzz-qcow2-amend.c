@@ -10,10 +10,8 @@
  *
  * Build and run: see tests/fuzz/README.md. */
 #include <stdint.h>
-#include <string.h>
 
 #include "block/block.h"
-#include "common/error.h"
 #include "fuzz-image.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -28,34 +26,18 @@ static const char *const amends[] = {
     "backing_file=base.qcow2,backing_fmt=qcow2",
 };
 
+static void amend(struct blk_image *img, void *opaque)
+{
+    const uint64_t *pick = opaque;
+
+    (void)blk_image_amend(img, amends[*pick % (sizeof amends / sizeof amends[0])], false, NULL,
+                          NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[64];
-    struct blk_image *img = NULL;
-    struct blk_image_opts o = {
-        .filename = path,
-        .no_backing = true,
-        .untrusted = true,
-    };
-    struct blk_check_result res;
     uint64_t pick = fuzz_pick(data, size, 0);
 
-    fuzz_image_file(data, size, path, sizeof path);
-    if (blk_image_open(&img, &o) < 0) {
-        err_clear();
-        return 0;
-    }
-    const char *opts = amends[pick % (sizeof amends / sizeof amends[0])];
-    (void)blk_image_amend(img, opts, false, NULL, NULL);
-    blk_image_close(img);
-    err_clear();
-
-    o.read_only = true;
-    if (blk_image_open(&img, &o) == 0) {
-        fuzz_read_image(img, pick >> 8);
-        (void)blk_image_check(img, BLK_REPAIR_NONE, NULL, &res);
-        blk_image_close(img);
-    }
-    err_clear();
+    fuzz_write_round(data, size, pick >> 8, amend, NULL, &pick);
     return 0;
 }

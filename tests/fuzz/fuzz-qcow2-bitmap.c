@@ -95,50 +95,45 @@ static void operate(struct blk_image *img, const char *first, uint64_t pick)
     blk_bitmap_free(src);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    char path[64], first[1100];
-    struct blk_image *img = NULL;
-    struct blk_image_opts o = {
-        .filename = path,
-        .no_backing = true,
-        .untrusted = true,
-    };
-    struct blk_check_result res;
-    uint64_t pick = fuzz_pick(data, size, 0);
+struct round {
+    uint64_t pick, ops;
+    char first[1100];
+};
 
-    fuzz_image_file(data, size, path, sizeof path);
-    if (blk_image_open(&img, &o) < 0) {
-        err_clear();
-        return 0;
-    }
-    first_bitmap(img, first, sizeof first);
-    write_some(img, pick);
-    operate(img, first, fuzz_pick(data, size, 8));
-    if (pick & 1) {
+/* Write, operate on the bitmaps, maybe grow: what the input picks. */
+static void change(struct blk_image *img, void *opaque)
+{
+    struct round *r = opaque;
+
+    first_bitmap(img, r->first, sizeof r->first);
+    write_some(img, r->pick);
+    operate(img, r->first, r->ops);
+    if (r->pick & 1) {
         (void)blk_image_truncate(img, blk_image_size(img) + (1u << 20));
     }
-    blk_image_close(img);
-    err_clear();
+}
 
-    o.read_only = true;
-    if (blk_image_open(&img, &o) == 0) {
-        first_bitmap(img, first, sizeof first);
-        if (first[0]) {
-            struct blk_bitmap *bm = NULL;
-            if (blk_image_load_bitmap(img, first, &bm) == 0) {
-                bool dirty;
-                uint64_t run;
-                if (bm->size) { /* (off must be inside) */
-                    blk_bitmap_extent(bm, 0, bm->size, &dirty, &run);
-                }
-                blk_bitmap_free(bm);
-            }
+/* The next user loads the first bitmap and walks it. */
+static void inspect(struct blk_image *img, void *opaque)
+{
+    struct round *r = opaque;
+    struct blk_bitmap *bm = NULL;
+
+    first_bitmap(img, r->first, sizeof r->first);
+    if (r->first[0] && blk_image_load_bitmap(img, r->first, &bm) == 0) {
+        bool dirty;
+        uint64_t run;
+        if (bm->size) { /* (off must be inside) */
+            blk_bitmap_extent(bm, 0, bm->size, &dirty, &run);
         }
-        fuzz_read_image(img, pick >> 8);
-        (void)blk_image_check(img, BLK_REPAIR_NONE, NULL, &res);
-        blk_image_close(img);
+        blk_bitmap_free(bm);
     }
-    err_clear();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct round r = {.pick = fuzz_pick(data, size, 0), .ops = fuzz_pick(data, size, 8)};
+
+    fuzz_write_round(data, size, r.pick >> 8, change, inspect, &r);
     return 0;
 }
