@@ -93,6 +93,25 @@ start_server() {
     wait_for_server
 }
 
+# wait_until TIMEOUT_S CMD...: poll CMD until it succeeds (10 ms steps).
+wait_until() {
+    local limit=$(($1 * 100)) i
+    shift
+    for ((i = 0; i < limit; i++)); do
+        "$@" && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
+# unix_listening PATH: a socket bound to PATH is listening (flag
+# __SO_ACCEPTCON in /proc/net/unix).  Unlike [[ -S PATH ]] this is not
+# true between the server's bind() and listen(), when a client would be
+# refused.
+unix_listening() {
+    awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
+}
+
 # Waits until $SOCK (or TCP $WAIT_PORT on 127.0.0.1) accepts, or the server died.
 wait_for_server() {
     local i

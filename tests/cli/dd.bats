@@ -183,22 +183,16 @@ same_dd() {
 
 @test "dd: interrupted, it stops and removes its output (exit 128 + signal)" {
     require_tool nbdkit
-    local sock=$TEST_DIR/n.sock i pid rc=0
+    local sock=$TEST_DIR/n.sock pid rc=0
     # a slow input: every 1 MiB read takes 200 ms
     nbdkit -f -U "$sock" --filter=delay pattern size=64M rdelay=200ms &
     echo $! >"$TEST_DIR/nbdkit.pid"
-    for ((i = 0; i < 100; i++)); do
-        [[ ! -S $sock ]] || break
-        sleep 0.05
-    done
+    wait_until 10 unix_listening "$sock"
     "$DISKIMG" dd -f raw if="nbd+unix:///?socket=$sock" of="$TEST_DIR/o.raw" bs=1M \
         2>"$TEST_DIR/err" &
     pid=$!
-    for ((i = 0; i < 100; i++)); do
-        [[ ! -e $TEST_DIR/o.raw ]] || break
-        sleep 0.05
-    done
-    sleep 0.3
+    # Stopped in the middle of the copy: once some data is out.
+    wait_until 10 test -s "$TEST_DIR/o.raw"
     kill -TERM "$pid"
     wait "$pid" || rc=$?
     [[ $rc -eq 143 ]] || { echo "exit $rc: $(cat "$TEST_DIR/err")" >&2; return 1; }

@@ -274,7 +274,7 @@ nbd_same() {
     stop_server
     qemu-nbd -r -t -f qcow2 -x disk -k "$TEST_DIR/q.sock" "$img" 2>/dev/null &
     qpid=$!
-    for _ in $(seq 100); do [[ -S $TEST_DIR/q.sock ]] && break; sleep 0.05; done
+    wait_until 10 unix_listening "$TEST_DIR/q.sock"
     nbd_same "nbd+unix:///disk?socket=$TEST_DIR/q.sock"
     nbd_same "nbd:unix:$TEST_DIR/q.sock:exportname=disk"
     kill "$qpid"
@@ -284,7 +284,7 @@ nbd_same() {
     # and --backing-chain fails without printing anything
     qemu-nbd -r -t -f raw -k "$TEST_DIR/r.sock" "$IMAGES/mid.qcow2" 2>/dev/null &
     qpid=$!
-    for _ in $(seq 100); do [[ -S $TEST_DIR/r.sock ]] && break; sleep 0.05; done
+    wait_until 10 unix_listening "$TEST_DIR/r.sock"
     same info --output=json "nbd+unix:///?socket=$TEST_DIR/r.sock"
     same info "nbd+unix:///?socket=$TEST_DIR/r.sock"
     same info --backing-chain "nbd+unix:///?socket=$TEST_DIR/r.sock"

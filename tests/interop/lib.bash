@@ -62,17 +62,6 @@ if d != want:
     sys.exit(1)' "$@"
 }
 
-# wait_until TIMEOUT_S CMD...: poll CMD until it succeeds (10 ms steps).
-wait_until() {
-    local limit=$(($1 * 100)) i
-    shift
-    for ((i = 0; i < limit; i++)); do
-        "$@" && return 0
-        sleep 0.01
-    done
-    return 1
-}
-
 server_alive() { [[ -n "${SERVER_PID:-}" ]] && kill -0 "$SERVER_PID" 2>/dev/null; }
 # server_gone PID: the process has exited (a zombie waiting to be reaped
 # by someone else, e.g. a --fork daemon's, counts as gone).
@@ -207,14 +196,6 @@ stop_server() {
     fi
     SERVER_STATUS=$EXIT_STATUS
     SERVER_PID=
-}
-
-# unix_listening PATH: a socket bound to PATH is listening (flag
-# __SO_ACCEPTCON in /proc/net/unix).  Unlike [[ -S PATH ]] this is not
-# true between the server's bind() and listen(), when a client would be
-# refused.
-unix_listening() {
-    awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
 }
 
 # wait_for_server: as in helpers.bash, but waits for a listening socket
