@@ -26,14 +26,21 @@ check_clean() {
     assert_output --partial "No errors were found"
 }
 
-# dirty IMAGE NAME: the dirty extents qemu-nbd exports, "offset length" a line.
+# dirty IMAGE NAME: the dirty extents qemu-nbd exports, "offset length" a
+# line.  When qemu-nbd or nbdinfo fails (no such bitmap, say), a line
+# naming IMAGE, which matches no map, not even another image's failure:
+# two failures must not compare equal as two empty maps.
 dirty() {
-    local sock=$TEST_DIR/q.sock pid
+    local sock=$TEST_DIR/q.sock pid map
     qemu-nbd -r -t -B "$2" -k "$sock" "$1" 2>/dev/null &
     pid=$!
-    for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.02; done
-    nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" | awk '$3 == 1 { print $1, $2 }'
-    kill "$pid"
+    if wait_until 10 unix_listening "$sock" &&
+        map=$(nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock"); then
+        awk '$3 == 1 { print $1, $2 }' <<<"$map"
+    else
+        echo "no map of bitmap $2 in $1"
+    fi
+    kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     rm -f "$sock"
 }
@@ -221,7 +228,7 @@ LIST
     qemu-img create -q -f qcow2 "$IMG" 8M
     qemu-nbd -t -k "$TEST_DIR/l.sock" "$IMG" 2>/dev/null &
     local pid=$!
-    for _ in $(seq 200); do [[ -S $TEST_DIR/l.sock ]] && break; sleep 0.02; done
+    wait_until 10 unix_listening "$TEST_DIR/l.sock"
     # qemu-nbd listens before it opens (and locks) the image; a handshake
     # completes only once it has.
     nbdinfo --size "nbd+unix:///?socket=$TEST_DIR/l.sock" >/dev/null
