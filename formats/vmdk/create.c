@@ -478,6 +478,9 @@ int vmdk_measure(const struct blk_create_opts *o, struct blk_image *src, struct 
     }
     const bool stream = c.subformat && strcmp(c.subformat, "streamOptimized") == 0;
     put_header(hdr, &c, stream, sectors, gd_sectors, gt_count, &overhead);
+    if ((overhead + 2 * gd_sectors) > UINT32_MAX) {
+        return err_setx(EFBIG, "vmdk: size %" PRIu64 " is too large", c.size);
+    }
     data = grains * grain;
     if (src && !c.backing_file && (r = blk_image_data_clusters(src, grain, &data)) < 0) {
         return r;
