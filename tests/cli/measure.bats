@@ -196,7 +196,7 @@ check_own_measure() {
     [[ $opts != *streamOptimized* ]] || bound=true
     for s in sparse.raw empty.raw "$full"; do
         rm -f "$d/out.img"
-        nums=($(own_numbers -O "$fmt" -o "$opts" -f raw "$d/$s"))
+        read -ra nums <<<"$(own_numbers -O "$fmt" -o "$opts" -f raw "$d/$s")"
         "$DISKIMG" convert -f raw -O "$fmt" -o "$opts" "$d/$s" "$d/out.img"
         size=$(stat -c %s "$d/out.img")
         if { ! $bound && [[ $size -ne ${nums[0]} ]]; } || [[ $size -gt ${nums[0]} ]]; then
@@ -207,7 +207,8 @@ check_own_measure() {
     # $full is as large as the disk: its required is fully-allocated, and
     # so is --size's
     [[ ${nums[0]} -eq ${nums[1]} ]]
-    local sized=($(own_numbers -O "$fmt" -o "$opts" --size "$(stat -c %s "$d/$full")"))
+    local sized
+    read -ra sized <<<"$(own_numbers -O "$fmt" -o "$opts" --size "$(stat -c %s "$d/$full")")"
     [[ ${sized[1]} -eq ${nums[1]} ]]
 }
 
@@ -241,6 +242,15 @@ check_own_measure() {
     run -0 "$DISKIMG" measure -O vpc --size 64M
     assert_output "required size: 2560
 fully allocated size: 69225472"
+    # a backing chain counts down to its base, and a qcow2 zero cluster
+    # over data is not counted
+    qemu-img create -q -f qcow2 -b sparse.raw -F raw "$d/ov.qcow2"
+    qemu-io -f qcow2 -c 'write -P 9 30M 64k' -c 'write -z 10M 1M' "$d/ov.qcow2" >/dev/null
+    local nums
+    read -ra nums <<<"$(own_numbers -O vdi "$d/ov.qcow2")"
+    "$DISKIMG" convert -O vdi "$d/ov.qcow2" "$d/ov.vdi"
+    [[ ${nums[0]} -eq $(stat -c %s "$d/ov.vdi") ]]
+    [[ ${nums[0]} -eq $((512 + 512 + 5 * 1048576)) ]] # blocks 0, 30, 31, 32, 63
     # -o size= is ignored, as qemu-img measure ignores it
     [[ $(own_numbers -O vdi -o size=1G --size 2M) == "1024 2098176" ]]
     # qemu-img itself still refuses these formats
