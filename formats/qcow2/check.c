@@ -10,7 +10,7 @@
  * rebuilds the refcount structure from the counts (all) or lowers leaked
  * refcounts (leaks), and fixes the copied flags.
  *
- * Order (qcow2.h): above open.c; calls open (the map), refcount, cluster,
+ * Order (qcow2.h): above open.c; calls open (the map), refcount-new, refcount, cluster,
  * cache, compress, writeback. */
 #include <endian.h>
 #include <errno.h>
@@ -22,17 +22,12 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "qcow2.h"
+#include "refcount-new.h"
 #include "refcount-math.h"
-
-/* References counted per host cluster (saturating). */
-struct refs {
-    uint32_t *count;
-    uint64_t n; /* clusters covered */
-};
 
 struct check_ctx {
     struct qcow2_state *s;
-    struct refs refs;
+    struct qcow2_refcounts refs; /* references per host cluster (saturating) */
     struct blk_check_result *res;
     FILE *report;
     bool count_refcount_structures;
@@ -444,27 +439,14 @@ static int check_copied_flags(struct check_ctx *c, bool fix)
     return r;
 }
 
-/* Does refcount block b count any referenced cluster? */
-static bool block_in_use(const struct check_ctx *c, uint64_t b)
-{
-    uint64_t per_block = 1ULL << c->s->refblock_bits;
-
-    for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, c->refs.n); k++) {
-        if (c->refs.count[k] != 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Write a new refcount structure for the counts in refs, at the end of
  * the image, and switch the header to it. */
 static int rebuild_refcounts(struct check_ctx *c)
 {
     struct qcow2_state *s = c->s;
-    uint64_t cs = s->cluster_size, per_block = 1ULL << s->refblock_bits;
-    uint64_t used_end = 0, blocks_before = 0;
+    uint64_t cs = s->cluster_size, used_end = 0;
     struct qcow2_refcount_area area;
+    uint64_t *host_table = NULL;
     int r;
 
     for (uint64_t k = 0; k < c->refs.n; k++) {
@@ -472,73 +454,12 @@ static int rebuild_refcounts(struct check_ctx *c)
             used_end = k + 1;
         }
     }
-    /* The new table and blocks sit at used_end and must be counted by the
-     * blocks themselves; every block is new, so the area also holds one
-     * for each used block below it. */
+    /* The new table and blocks sit at used_end; with leaks at the end of
+     * the file the area starts (and may end) before c->refs.n, which the
+     * loops after this one still walk: refs never shrinks. */
     uint64_t start = used_end;
-    for (uint64_t b = 0; b < start / per_block; b++) {
-        blocks_before += block_in_use(c, b);
-    }
-    struct qcow2_refcount_area_req req = {
-        .cluster_bits = s->cluster_bits,
-        .refcount_order = s->hdr.refcount_order,
-        .start = start,
-        .blocks_before = blocks_before,
-    };
-    qcow2_refcount_area_size(&req, &area);
+    r = qcow2_write_new_refcounts_locked(s, &c->refs, start, "qcow2 repair", &host_table, &area);
     uint64_t table_clusters = area.table_clusters, end = area.end;
-    if (table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
-        return err_setx(EFBIG, "qcow2 repair: the refcount table would exceed 8 MiB");
-    }
-    uint64_t nblocks = (end + per_block - 1) / per_block;
-    CLEANUP_FREE uint64_t *table = calloc(table_clusters * cs / 8, 8);
-    CLEANUP_FREE uint8_t *block = malloc(cs);
-    if (!table || !block) {
-        return err_set(ENOMEM, "qcow2 repair: refcount structure");
-    }
-    /* Assign block clusters, then count the new area. */
-    uint64_t next = start + table_clusters;
-    for (uint64_t b = 0; b < nblocks; b++) {
-        if (b >= start / per_block || block_in_use(c, b)) {
-            table[b] = next++ << s->cluster_bits;
-        }
-    }
-    /* Never shrink: with leaks at the end of the file the new area starts
-     * (and may end) before c->refs.n, which the loops below still walk. */
-    uint32_t *counts = realloc(c->refs.count, MAX(end, c->refs.n) * sizeof *counts);
-    if (!counts) {
-        return err_set(ENOMEM, "qcow2 repair: refcounts");
-    }
-    memset(counts + c->refs.n, 0, (end > c->refs.n ? end - c->refs.n : 0) * sizeof *counts);
-    c->refs.count = counts;
-    c->refs.n = MAX(c->refs.n, end);
-    for (uint64_t k = start; k < end; k++) {
-        counts[k] = 1;
-    }
-    /* Write the blocks, then the table, sync, then the header. */
-    for (uint64_t b = 0; b < nblocks; b++) {
-        if (!table[b]) {
-            continue;
-        }
-        memset(block, 0, cs);
-        for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, c->refs.n); k++) {
-            qcow2_refblock_set(block, s->hdr.refcount_order, k - b * per_block,
-                               MIN((uint64_t)counts[k], s->refcount_max));
-        }
-        r = blk_pwrite(s->file, table[b], block, cs, 0);
-        if (r < 0) {
-            return r;
-        }
-    }
-    uint64_t *host_table = malloc(table_clusters * cs);
-    if (!host_table) {
-        return err_set(ENOMEM, "qcow2 repair: refcount table");
-    }
-    memcpy(host_table, table, table_clusters * cs);
-    for (uint64_t i = 0; i < table_clusters * cs / 8; i++) {
-        table[i] = htobe64(table[i]);
-    }
-    r = blk_pwrite(s->file, start << s->cluster_bits, table, table_clusters * cs, 0);
     if (r == 0) {
         r = blk_flush(s->file);
     }

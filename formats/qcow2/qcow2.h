@@ -14,6 +14,7 @@
  *                committing new tables, deferred frees, I/O epochs,
  *                header writes, corrupt marking
  *   refcount.c   reading and changing refcounts, growing the refcount table
+ *   refcount-new.c  a whole new refcount structure for counted references
  *   cluster.c    the L1 table (load, grow) and L2 slices: guest -> host
  *   snapshot.c   the internal snapshot table
  *   bitmap.c     persistent dirty bitmaps: reading, and recording writes

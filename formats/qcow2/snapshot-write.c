@@ -28,7 +28,8 @@
  * later writes.
  *
  * Order (qcow2.h): above check.c, which counts the references; calls
- * check, open, snapshot, cluster, refcount-math, writeback, cache, header. */
+ * check, open, snapshot, cluster, refcount-new, refcount-math, writeback, cache,
+ * header. */
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -40,6 +41,7 @@
 #include "common/error.h"
 #include "qcow2.h"
 #include "refcount-math.h"
+#include "refcount-new.h"
 
 #define SN_FIXED 40
 #define SN_EXTRA 24     /* vm_state_size_large, disk_size, icount: what qemu writes */
@@ -309,81 +311,25 @@ static int fix_active_flags(struct sn_ctx *x)
 
 /* ---- the refcount structure ---- */
 
-static bool block_used(const struct sn_ctx *x, uint64_t b)
-{
-    uint64_t per_block = 1ULL << x->s->refblock_bits;
-
-    for (uint64_t k = b * per_block; k < MIN((b + 1) * per_block, x->n_counts); k++) {
-        if (x->counts[k]) {
-            return true;
-        }
-    }
-    return false;
-}
-
 /* A refcount table and blocks at the end, counting the new state and
- * themselves (the fixed point of refcount-math.c). */
+ * themselves (refcount-new.c). */
 static int put_refcounts(struct sn_ctx *x)
 {
     struct qcow2_state *s = x->s;
-    uint64_t cs = s->cluster_size, per_block = 1ULL << s->refblock_bits;
-    uint64_t start = x->next >> s->cluster_bits, blocks_before = 0;
+    struct qcow2_refcounts counts = {.count = x->counts, .n = x->n_counts};
     struct qcow2_refcount_area area;
-    int r;
+    uint64_t start = x->next >> s->cluster_bits;
+    int r = qcow2_write_new_refcounts_locked(s, &counts, start, "qcow2", NULL, &area);
 
-    for (uint64_t b = 0; b < start / per_block; b++) {
-        blocks_before += block_used(x, b);
-    }
-    struct qcow2_refcount_area_req req = {
-        .cluster_bits = s->cluster_bits,
-        .refcount_order = s->hdr.refcount_order,
-        .start = start,
-        .blocks_before = blocks_before,
-    };
-    qcow2_refcount_area_size(&req, &area);
-    if (area.table_clusters * cs > QCOW2_MAX_REFTABLE_BYTES) {
-        return err_setx(EFBIG, "qcow2: the refcount table would exceed 8 MiB");
-    }
-    uint64_t nblocks = (area.end + per_block - 1) / per_block,
-             entries = area.table_clusters * cs / 8;
-    CLEANUP_FREE uint64_t *table = calloc(entries, 8);
-    CLEANUP_FREE uint8_t *block = malloc(cs);
-    if (!table || !block) {
-        return err_set(ENOMEM, "qcow2: refcount structure");
-    }
-    uint64_t next = start + area.table_clusters;
-    for (uint64_t b = 0; b < nblocks; b++) {
-        if (b >= start / per_block || block_used(x, b)) {
-            table[b] = next++ << s->cluster_bits;
-        }
-    }
-    r = grow_counts(x, MAX(area.end, nblocks * per_block));
+    x->counts = counts.count; /* grown, maybe moved, even on failure */
+    x->n_counts = counts.n;
     if (r < 0) {
         return r;
-    }
-    for (uint64_t k = start; k < area.end; k++) {
-        x->counts[k] = 1;
-    }
-    for (uint64_t b = 0; b < nblocks && r == 0; b++) {
-        if (!table[b]) {
-            continue;
-        }
-        memset(block, 0, cs);
-        for (uint64_t k = b * per_block; k < (b + 1) * per_block; k++) {
-            qcow2_refblock_set(block, s->hdr.refcount_order, k - b * per_block, x->counts[k]);
-        }
-        r = blk_pwrite(s->file, table[b], block, cs, 0);
-    }
-    for (uint64_t i = 0; i < entries; i++) {
-        table[i] = htobe64(table[i]);
-    }
-    if (r == 0) {
-        r = blk_pwrite(s->file, start << s->cluster_bits, table, area.table_clusters * cs, 0);
     }
     x->reftable_offset = start << s->cluster_bits;
     x->reftable_clusters = (uint32_t)area.table_clusters;
     x->next = area.end << s->cluster_bits;
-    return r;
+    return 0;
 }
 
 /* ---- the switch ---- */
