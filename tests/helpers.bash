@@ -112,6 +112,26 @@ unix_listening() {
     awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
 }
 
+# qemu_dirty IMAGE NAME: the dirty extents of bitmap NAME as qemu-nbd
+# exports them, "offset length" a line.  When qemu-nbd or nbdinfo fails
+# (no such bitmap, say), a line naming IMAGE and NAME instead, which
+# matches no map and no other image's failure: a failure must not pass
+# for a clean bitmap, and two must not compare equal as two empty maps.
+qemu_dirty() {
+    local sock=$TEST_DIR/q.sock pid map
+    qemu-nbd -r -t -B "$2" -k "$sock" "$1" 2>>"${SERVER_LOG:-/dev/null}" &
+    pid=$!
+    if wait_until 10 unix_listening "$sock" &&
+        map=$(nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock"); then
+        awk '$3 == 1 { print $1, $2 }' <<<"$map"
+    else
+        echo "no map of bitmap $2 in $1"
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    rm -f "$sock"
+}
+
 # Waits until $SOCK (or TCP $WAIT_PORT on 127.0.0.1) accepts, or the server died.
 wait_for_server() {
     local i

@@ -26,25 +26,6 @@ check_clean() {
     assert_output --partial "No errors were found"
 }
 
-# dirty IMAGE NAME: the dirty extents qemu-nbd exports, "offset length" a
-# line.  When qemu-nbd or nbdinfo fails (no such bitmap, say), a line
-# naming IMAGE, which matches no map, not even another image's failure:
-# two failures must not compare equal as two empty maps.
-dirty() {
-    local sock=$TEST_DIR/q.sock pid map
-    qemu-nbd -r -t -B "$2" -k "$sock" "$1" 2>/dev/null &
-    pid=$!
-    if wait_until 10 unix_listening "$sock" &&
-        map=$(nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock"); then
-        awk '$3 == 1 { print $1, $2 }' <<<"$map"
-    else
-        echo "no map of bitmap $2 in $1"
-    fi
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    rm -f "$sock"
-}
-
 @test "add, disable, enable, clear, merge and remove, read back by qemu" {
     qemu-img create -q -f qcow2 "$IMG" 64M
     "$DISKIMG" bitmap --add "$IMG" b0
@@ -54,17 +35,17 @@ dirty() {
     check_clean "$IMG"
     # qemu records writes in what we made; we merge them and qemu reads ours.
     qemu-io -f qcow2 -c 'write -P 1 1M 5k' -c 'write -P 2 40M 64k' "$IMG" >/dev/null
-    [[ $(dirty "$IMG" b0) == $'1048576 65536\n41943040 65536' ]]
+    [[ $(qemu_dirty "$IMG" b0) == $'1048576 65536\n41943040 65536' ]]
     "$DISKIMG" bitmap --merge b0 --enable "$IMG" b1
     [[ $(flags "$IMG") == $'b0:65536:auto\nb1:4096:auto\nbig:2147483648:auto' ]]
-    [[ $(dirty "$IMG" b1) == $'1048576 65536\n41943040 65536' ]]
+    [[ $(qemu_dirty "$IMG" b1) == $'1048576 65536\n41943040 65536' ]]
     # Several operations in one call, in order; a fine bitmap merged into a
     # coarse one covers whole coarse bits.
     "$DISKIMG" bitmap --add -g 512 "$IMG" fine
     qemu-io -f qcow2 -c 'write -P 3 3M 512' "$IMG" >/dev/null
     "$DISKIMG" bitmap --clear --merge fine --disable "$IMG" b0
-    [[ $(dirty "$IMG" b0) == '3145728 65536' ]]
-    [[ $(dirty "$IMG" fine) == '3145728 512' ]]
+    [[ $(qemu_dirty "$IMG" b0) == '3145728 65536' ]]
+    [[ $(qemu_dirty "$IMG" fine) == '3145728 512' ]]
     "$DISKIMG" bitmap --remove "$IMG" fine
     "$DISKIMG" bitmap --remove "$IMG" big
     [[ $(flags "$IMG") == $'b0:65536:\nb1:4096:auto' ]]
@@ -74,7 +55,7 @@ dirty() {
     qemu-img bitmap --add -g 1M "$TEST_DIR/src.qcow2" s
     qemu-io -f qcow2 -c 'write 20M 4k' "$TEST_DIR/src.qcow2" >/dev/null
     "$DISKIMG" bitmap --add --merge s -b "$TEST_DIR/src.qcow2" -F qcow2 "$IMG" m
-    [[ $(dirty "$IMG" m) == '20971520 1048576' ]]
+    [[ $(qemu_dirty "$IMG" m) == '20971520 1048576' ]]
     # Removing the last bitmap drops the extension and autoclear bit 0.
     for b in b0 b1 m; do "$DISKIMG" bitmap --remove "$IMG" "$b"; done
     [[ -z $(flags "$IMG") ]]
@@ -160,8 +141,8 @@ LIST
     qemu-io -f qcow2 -c 'write -P 2 9M 4k' "$IMG" >/dev/null
     "$DISKIMG" convert --bitmaps -O qcow2 "$IMG" "$TEST_DIR/out.qcow2"
     [[ $(flags "$TEST_DIR/out.qcow2") == "$(flags "$IMG")" ]]
-    [[ $(dirty "$TEST_DIR/out.qcow2" b0) == "$(dirty "$IMG" b0)" ]]
-    [[ $(dirty "$TEST_DIR/out.qcow2" b1) == "$(dirty "$IMG" b1)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/out.qcow2" b0) == "$(qemu_dirty "$IMG" b0)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/out.qcow2" b1) == "$(qemu_dirty "$IMG" b1)" ]]
     check_clean "$TEST_DIR/out.qcow2"
     qemu-img compare "$IMG" "$TEST_DIR/out.qcow2"
     # Without --bitmaps none are copied.
@@ -190,7 +171,7 @@ LIST
     assert_success
     assert_output --partial "Skipping inconsistent bitmap 'b0'"
     [[ $(flags "$TEST_DIR/o.qcow2") == b1:4096: ]]
-    [[ $(dirty "$TEST_DIR/o.qcow2" b1) == "$(dirty "$IMG" b1)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/o.qcow2" b1) == "$(qemu_dirty "$IMG" b1)" ]]
     # A name read from an image is escaped in messages; a clash fails.
     qemu-img create -q -f qcow2 "$TEST_DIR/e1.qcow2" 1M
     qemu-img bitmap --add "$TEST_DIR/e1.qcow2" $'a\e[31m'
@@ -212,16 +193,16 @@ LIST
     done
     qemu-img commit -q "$TEST_DIR/qemu-top.qcow2"
     "$DISKIMG" commit -q "$TEST_DIR/ours-top.qcow2"
-    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
-    [[ $(dirty "$TEST_DIR/ours-top.qcow2" tb) == "$(dirty "$TEST_DIR/qemu-top.qcow2" tb)" ]]
-    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == $'2097152 65536\n9437184 65536' ]]
+    [[ $(qemu_dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(qemu_dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/ours-top.qcow2" tb) == "$(qemu_dirty "$TEST_DIR/qemu-top.qcow2" tb)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/ours-base.qcow2" bb) == $'2097152 65536\n9437184 65536' ]]
     [[ $(flags "$TEST_DIR/ours-base.qcow2") == bb:65536:auto ]]
     check_clean "$TEST_DIR/ours-base.qcow2"
     check_clean "$TEST_DIR/ours-top.qcow2"
     # amend -o size= resizes the bitmaps too, as qemu-img amend does.
     "$DISKIMG" amend -o size=32M "$TEST_DIR/ours-base.qcow2"
     qemu-img amend -o size=32M "$TEST_DIR/qemu-base.qcow2"
-    [[ $(dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
+    [[ $(qemu_dirty "$TEST_DIR/ours-base.qcow2" bb) == "$(qemu_dirty "$TEST_DIR/qemu-base.qcow2" bb)" ]]
     [[ $(qemu-img info --output=json "$TEST_DIR/ours-base.qcow2" | jq '.["virtual-size"]') == 33554432 ]]
     check_clean "$TEST_DIR/ours-base.qcow2"
     # An image another process writes: exit 5, untouched.

@@ -38,17 +38,6 @@ names() {
     qemu-img info --output=json "$1" | jq -r '[.["format-specific"].data.bitmaps // [] | .[] | "\(.name):\(.flags | join("+"))"] | join(" ")'
 }
 
-dirty() {
-    local sock=$TEST_DIR/q.sock pid
-    qemu-nbd -r -t -B "$2" -k "$sock" "$1" 2>/dev/null &
-    pid=$!
-    wait_until 10 unix_listening "$sock"
-    nbdinfo --map="qemu:dirty-bitmap:$2" "nbd+unix:///?socket=$sock" | awk '$3 == 1 { print $1, $2 }'
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    rm -f "$sock"
-}
-
 @test "a crash at any write of bitmap --add --merge leaves the old or the new bitmaps" {
     qemu-img create -q -f qcow2 "$TEST_DIR/base.qcow2" 64M
     qemu-img bitmap --add "$TEST_DIR/base.qcow2" b0
@@ -67,7 +56,7 @@ dirty() {
         [[ $rc -ne 0 ]] || break # no Nth write: the run completed
     done
     [[ $rc -eq 0 && $seen_new -eq 1 && $n -gt 5 ]]
-    [[ $(dirty "$IMG" b1) == '1048576 65536' ]]
+    [[ $(qemu_dirty "$IMG" b1) == '1048576 65536' ]]
 }
 
 @test "a crash at any write of convert -n never leaves a clean bitmap that misses a write" {
@@ -89,7 +78,7 @@ dirty() {
             if qemu-img compare -q -f raw -F qcow2 "$TEST_DIR/zero.raw" "$IMG"; then
                 early=1 # no data written yet
             else
-                [[ $(dirty "$IMG" b0) == '0 1048576' ]] || { echo "n=$n: $(dirty "$IMG" b0)" >&2; false; }
+                [[ $(qemu_dirty "$IMG" b0) == '0 1048576' ]] || { echo "n=$n: $(qemu_dirty "$IMG" b0)" >&2; false; }
                 clean=1
             fi
             ;;
@@ -114,7 +103,7 @@ dirty() {
         [[ $size -eq 8388608 || $size -eq 25165824 ]]
         [[ $(names "$IMG") == "b0:auto" ]]
         # qemu loads the bitmap at this size: it matches the disk.
-        [[ $(dirty "$IMG" b0) == '1048576 4096' ]] || { echo "n=$n size=$size" >&2; false; }
+        [[ $(qemu_dirty "$IMG" b0) == '1048576 4096' ]] || { echo "n=$n size=$size" >&2; false; }
         [[ $rc -ne 0 ]] || break
     done
     [[ $rc -eq 0 && $size -eq 25165824 ]]

@@ -121,17 +121,6 @@ dirty_map() {
     nbdinfo --map="qemu:dirty-bitmap:$2" "$1" | awk '$3 == 1 { print $1, $2 }'
 }
 
-# qemu_dirty IMAGE NAME: the dirty extents as qemu-nbd exports them.
-qemu_dirty() {
-    qemu-nbd -r -t -B "$2" -k "$TEST_DIR/q.sock" "$1" 2>>"$SERVER_LOG" &
-    local pid=$!
-    wait_until 10 unix_listening "$TEST_DIR/q.sock"
-    dirty_map "nbd+unix:///?socket=$TEST_DIR/q.sock" "$2"
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    rm -f "$TEST_DIR/q.sock"
-}
-
 @test "serve records writes, zeroes and discards in enabled bitmaps, live and on exit" {
     qemu-img create -q -f qcow2 "$IMG" 64M
     qemu-img bitmap --add "$IMG" b0
