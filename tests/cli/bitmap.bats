@@ -26,6 +26,18 @@ check_clean() {
     assert_output --partial "No errors were found"
 }
 
+# leave_in_use IMAGE: IMAGE's enabled bitmaps marked in use, as a writer
+# killed while it had the image open leaves them (our server, written to
+# once, then SIGKILLed); the clusters that write leaked are reclaimed.
+leave_in_use() {
+    "$DISKIMG" serve -t -k "$SOCK" "$1" 2>/dev/null &
+    SERVER_PID=$!
+    wait_for_server
+    qemu-io -f raw -c 'write 0 4k' "$URI" >/dev/null
+    stop_server KILL
+    qemu-img check -q -r leaks "$1"
+}
+
 @test "add, disable, enable, clear, merge and remove, read back by qemu" {
     qemu-img create -q -f qcow2 "$IMG" 64M
     "$DISKIMG" bitmap --add "$IMG" b0
@@ -112,12 +124,7 @@ LIST
     run --separate-stderr "$DISKIMG" bitmap --add -f raw "$TEST_DIR/r.raw" x
     assert_failure 1
     [[ $stderr == *"cannot store persistent bitmaps"* && ${#stderr_lines[@]} -eq 1 ]]
-    "$DISKIMG" serve -t -k "$SOCK" "$IMG" 2>/dev/null &
-    SERVER_PID=$!
-    wait_for_server
-    qemu-io -f raw -c 'write 0 4k' "$URI" >/dev/null
-    stop_server KILL
-    qemu-img check -q -r leaks "$IMG"
+    leave_in_use "$IMG"
     [[ $(flags "$IMG") == b0:65536:in-use,auto ]]
     run --separate-stderr "$DISKIMG" bitmap --clear "$IMG" b0
     assert_failure 1
@@ -157,12 +164,7 @@ LIST
     assert_failure 2
     assert_output --partial "requires --bitmaps"
     # An in-use bitmap: refused, or skipped with a warning.
-    "$DISKIMG" serve -t -k "$SOCK" "$IMG" 2>/dev/null &
-    SERVER_PID=$!
-    wait_for_server
-    qemu-io -f raw -c 'write 0 4k' "$URI" >/dev/null
-    stop_server KILL
-    qemu-img check -q -r leaks "$IMG"
+    leave_in_use "$IMG"
     run "$DISKIMG" convert --bitmaps -O qcow2 "$IMG" "$TEST_DIR/o.qcow2"
     assert_failure 1
     assert_output --partial "Cannot copy inconsistent bitmap 'b0'"
