@@ -69,7 +69,10 @@ def crashed(what, r):
 
 
 def not_one_line_error(what, r):
-    lines = r.err.decode("utf-8", "replace").splitlines()
+    # Warnings before the error are their own diagnostics (a bitmap that
+    # cannot be kept up to date, say): the failure itself is one line.
+    lines = [line for line in r.err.decode("utf-8", "replace").splitlines()
+             if not line.startswith("diskimg: warning: ")]
     if len(lines) != 1 or not re.match(r"^diskimg: .", lines[0]):
         return "%s (status %d): failed without a single 'diskimg:' line on stderr" % (
             what, r.status)
