@@ -21,6 +21,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "qcow2.h"
 
 /* Where a bitmap's table lives (the old one, to free, or the new one),
@@ -31,18 +32,8 @@ struct table_loc {
     uint64_t dir_pos;
 };
 
-static bool all_zero(const uint8_t *p, uint64_t n)
-{
-    for (uint64_t i = 0; i < n; i++) {
-        if (p[i]) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* Allocate n clusters and write buf (len bytes, padded with zeroes to the
- * clusters) there; not yet synced. */
+ * clusters) there; the caller syncs. */
 static int write_new_clusters(struct qcow2_state *s, const void *buf, uint64_t len, uint64_t *off)
 {
     uint64_t cs = s->cluster_size, n = len / cs + (len % cs != 0);
@@ -77,7 +68,7 @@ static int write_bitmap(struct qcow2_state *s, const struct qcow2_bitmap *bm, st
     }
     for (uint64_t i = 0; i < entries; i++) {
         uint64_t pos = i * cs, n = MIN(cs, bytes - pos), host = 0;
-        if (all_zero(b->bits + pos, n)) {
+        if (buffer_is_zero(b->bits + pos, n)) {
             continue;
         }
         r = write_new_clusters(s, b->bits + pos, n, &host);
