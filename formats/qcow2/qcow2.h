@@ -28,6 +28,8 @@
  *   info.c       what `info` shows
  *   open.c       reading the metadata at open; building the metadata map
  *   check.c      consistency check and repair
+ *   snapshot-shadow.c  a snapshot change's new state, written beside the old
+ *                one and switched to with one header write
  *   snapshot-write.c  creating, applying and deleting internal snapshots
  *   create.c     creating an image
  *   refcount-rewrite.c  changing the refcount width (amend)
