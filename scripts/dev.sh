@@ -20,6 +20,7 @@ PACKAGES=(
     meson ninja-build pkg-config gcc clang clang-format python3
     zlib1g-dev libgnutls28-dev liburing-dev libzstd-dev libdeflate-dev
     librbd-dev librados-dev libcurl4-gnutls-dev
+    ceph-mon ceph-osd ceph-common qemu-block-extra
     bats bats-assert bats-support
     qemu-utils libnbd-bin python3-libnbd nbdkit fio gnutls-bin nbd-server
     socat jq procps psmisc util-linux coreutils groff-base mandoc pigz
