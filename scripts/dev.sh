@@ -26,6 +26,7 @@ PACKAGES=(
     socat jq procps psmisc util-linux coreutils groff-base mandoc pigz
     libvmdk-utils python3-libvmdk libvhdi-utils python3-libvhdi
     xfsprogs e2fsprogs strace
+    nginx-light curl
 )
 
 install_deps() {
