@@ -21,6 +21,30 @@ static bool names_protocol(const char *name)
     return colon && (!slash || colon < slash);
 }
 
+bool fmt_names_rbd(const char *name)
+{
+    return strncmp(name, "rbd:", 4) == 0;
+}
+
+/* "rbd:POOL/IMAGE", "rbd:POOL/NAMESPACE/IMAGE", each with "@SNAP" or not:
+ * no ':' that would start an option (mon_host=, conf=, keyring=: where
+ * to connect, which files to read), no '\\' escapes, no empty part. */
+static bool plain_rbd_name(const char *name)
+{
+    const char *spec = name + 4;
+    const char *at = strchr(spec, '@');
+
+    if (spec[0] == '/' || !strchr(spec, '/') || strpbrk(spec, ":\\")) {
+        return false;
+    }
+    for (const char *p = spec; *p; p++) {
+        if ((unsigned char)*p < 0x20 || (p[0] == '/' && (p[1] == '/' || p[1] == '@' || !p[1]))) {
+            return false;
+        }
+    }
+    return !at || (at[1] && !strchr(at + 1, '@') && !strchr(at, '/'));
+}
+
 static bool plain_file_name(const char *name)
 {
     return name[0] && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
@@ -30,6 +54,18 @@ int fmt_named_path(const char *driver, const char *what, const char *image, cons
                    unsigned flags, char **out)
 {
     *out = NULL;
+    if ((flags & FMT_NAME_MAY_RBD) && fmt_names_rbd(name)) {
+        if (!plain_rbd_name(name)) {
+            CLEANUP_FREE char *esc = str_escape(name);
+            return err_setx(
+                EPERM,
+                "%s: %s '%s' is not a plain rbd:POOL/IMAGE[@SNAP] name: an image "
+                "may not say where or as whom to connect (the cluster comes from CEPH_CONF)",
+                driver, what, esc ? esc : "?");
+        }
+        *out = strdup(name);
+        return *out ? 0 : err_set(ENOMEM, "%s: %s path", driver, what);
+    }
     if (names_protocol(name)) {
         CLEANUP_FREE char *esc = str_escape(name);
         return err_setx(ENOTSUP,
@@ -80,11 +116,44 @@ bool fmt_chain_error_below(int r, const struct blk_open_opts *opts)
     return r == -ELOOP && opts->depth > 0;
 }
 
+/* What a named rbd: backing file needs besides its plain name (fmt_named_path):
+ * a recorded format, so that no byte from the cluster is probed, and an
+ * image whose own format was named, so that a guest's raw disk with a
+ * qcow2 header written into it cannot reach into the cluster.  diskimg(1)
+ * says why, under IMAGES. */
+static int check_rbd_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
+                             const char *format)
+{
+    CLEANUP_FREE char *esc = str_escape(path);
+
+    if (!format) {
+        return err_setx(EPERM,
+                        "%s: backing file '%s' is opened only with its format recorded "
+                        "(create or rebase it with -F)",
+                        n->drv->name, esc ? esc : "?");
+    }
+    if (opts->probed) {
+        return err_setx(EPERM,
+                        "%s: backing file '%s' is opened only when the image's format is "
+                        "named (-f %s), not probed",
+                        n->drv->name, esc ? esc : "?", n->drv->name);
+    }
+    return 0;
+}
+
 int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
                      const char *format, struct blk_node **out)
 {
     struct blk_chain me = {0};
     struct stat st;
+    bool rbd = fmt_names_rbd(path);
+
+    if (rbd) {
+        int r = check_rbd_backing(n, opts, path, format);
+        if (r < 0) {
+            return r;
+        }
+    }
 
     if (stat(n->filename, &st) == 0) {
         me.dev = st.st_dev;
@@ -112,7 +181,7 @@ int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const
         bo.perms.shared &= ~(unsigned)(BLK_PERM_WRITE | BLK_PERM_RESIZE);
         bo.perms.shared_here &= ~(unsigned)(BLK_PERM_WRITE | BLK_PERM_RESIZE);
     }
-    int r = blk_open_stack(out, &bo, "file", format);
+    int r = blk_open_stack(out, &bo, rbd ? "rbd" : "file", format);
     if (r < 0 && !fmt_chain_error_below(r, opts)) {
         CLEANUP_FREE char *esc = str_escape(n->filename);
         err_prefix("%s: %s: backing file", n->drv->name, esc ? esc : "?");

@@ -4,7 +4,8 @@
  * written by whoever made the image, which may be a download.  Every
  * format opens such files through here, so that the rules are one set:
  * names are relative to the image's directory, names with a protocol
- * ("nbd:", "json:") are never opened, extents stay in the image's
+ * ("nbd:", "json:") are never opened (but for a plain rbd:POOL/IMAGE
+ * backing file, on conditions: fmt_open_backing), extents stay in the image's
  * directory, the file driver accepts only regular files and block
  * devices, backing chains are checked for loops and depth, the locks
  * are qemu's, and --untrusted refuses all of it with one message. */
@@ -18,7 +19,13 @@ enum {
     /* The name must be a plain file name: no '/', not "." or "..", so the
      * file is in the image's own directory (VMDK extents). */
     FMT_NAME_SAME_DIR = 1u << 0,
+    /* The name may be a plain "rbd:POOL/IMAGE[@SNAP]", with no options
+     * (qcow2 backing files); *out is then the name itself. */
+    FMT_NAME_MAY_RBD = 1u << 1,
 };
+
+/* Does the name start with "rbd:"? */
+bool fmt_names_rbd(const char *name);
 
 /* The path of the file 'name' that the image 'image' names, in *out
  * (malloc'd): relative to the image's directory unless absolute.
@@ -36,7 +43,9 @@ int fmt_refuse_named(const char *driver, const char *what, const char *name);
 /* Open the backing image at path (from fmt_named_path) below node n,
  * which opts opened: read-only, with a backing file's permissions, one
  * deeper in the chain (read-write and locked for writing when it is
- * opts->write_depth, commit's base).  format NULL: probed.  On failure the message
+ * opts->write_depth, commit's base).  format NULL: probed.  A path naming
+ * rbd opens over the rbd protocol, and only when format is given and n's
+ * own format was not probed (-EPERM).  On failure the message
  * names n's file unless the error belongs to an image further down. */
 int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
                      const char *format, struct blk_node **out);

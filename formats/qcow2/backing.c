@@ -9,7 +9,8 @@
 
 int qcow2_backing_path(struct qcow2_state *s, char **out)
 {
-    return fmt_named_path("qcow2", "backing file", s->node->filename, s->hdr.backing_file, 0, out);
+    return fmt_named_path("qcow2", "backing file", s->node->filename, s->hdr.backing_file,
+                          FMT_NAME_MAY_RBD, out);
 }
 
 int qcow2_open_backing(struct qcow2_state *s, const struct blk_open_opts *opts)

@@ -14,6 +14,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
+#include "formats/named-file.h"
 #include "qcow2.h"
 #include "refcount-math.h"
 
@@ -189,7 +190,7 @@ static int backing_size(struct blk_node *file, struct create_opts *c)
     struct blk_node *b = NULL;
     int r;
 
-    if (c->backing_file[0] == '/') {
+    if (c->backing_file[0] == '/' || fmt_names_rbd(c->backing_file)) {
         path = strdup(c->backing_file);
     } else {
         CLEANUP_FREE char *copy = strdup(file->filename);
@@ -212,7 +213,7 @@ static int backing_size(struct blk_node *file, struct create_opts *c)
                               .force_share = true,
                               .no_backing = c->untrusted,
                               .untrusted = c->untrusted};
-    r = blk_open_stack(&b, &o, "file", c->backing_format);
+    r = blk_open_stack(&b, &o, fmt_names_rbd(path) ? "rbd" : "file", c->backing_format);
     if (r < 0) {
         err_prefix("could not open backing file '%s'", c->backing_file);
         return r;
@@ -314,6 +315,25 @@ static int write_layout(struct blk_node *file, const struct create_opts *c)
     return r;
 }
 
+/* A name the image can open again: a plain rbd:POOL/IMAGE, or a file
+ * (formats/named-file.h). */
+static int check_backing_name(struct blk_node *file, const char *name)
+{
+    if (fmt_names_rbd(name)) {
+        CLEANUP_FREE char *plain = NULL;
+        return fmt_named_path("qcow2", "backing file", file->filename, name, FMT_NAME_MAY_RBD,
+                              &plain);
+    }
+    const char *colon = strchr(name, ':'), *slash = strchr(name, '/');
+    if (colon && (!slash || colon < slash)) {
+        return err_setx(EINVAL,
+                        "qcow2: backing file '%s' looks like a protocol name, which "
+                        "would never be opened (write ./%s for a file)",
+                        name, name);
+    }
+    return 0;
+}
+
 static int create_image(struct blk_node *file, const struct blk_create_opts *o,
                         struct create_opts c, char **summary)
 {
@@ -323,12 +343,9 @@ static int create_image(struct blk_node *file, const struct blk_create_opts *o,
         return err_setx(EINVAL, "qcow2: a backing format needs a backing file");
     }
     if (c.backing_file) {
-        const char *colon = strchr(c.backing_file, ':'), *slash = strchr(c.backing_file, '/');
-        if (colon && (!slash || colon < slash)) {
-            return err_setx(EINVAL,
-                            "qcow2: backing file '%s' looks like a protocol name, which "
-                            "would never be opened (write ./%s for a file)",
-                            c.backing_file, c.backing_file);
+        r = check_backing_name(file, c.backing_file);
+        if (r < 0) {
+            return r;
         }
         if (strlen(c.backing_file) > QCOW2_MAX_BACKING_NAME) {
             return err_setx(EINVAL, "qcow2: backing file name longer than %d bytes",

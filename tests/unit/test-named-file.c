@@ -58,6 +58,45 @@ static void test_refused_names(void)
     expect_refused("a\nb/c", FMT_NAME_SAME_DIR, EPERM, "a\\x0ab/c");
 }
 
+/* A qcow2 backing file may be a plain rbd name: no options that say
+ * where to connect or which files to read. */
+static void test_rbd_names(void)
+{
+    const char *plain[] = {"rbd:pool/base", "rbd:pool/ns/base", "rbd:pool/base@gold",
+                           "rbd:p/n/i@s"};
+    const char *refused[] = {"rbd:pool/base:conf=/etc/x.conf",
+                             "rbd:pool/base:mon_host=10.0.0.1",
+                             "rbd:pool/b\\:x",
+                             "rbd:base",
+                             "rbd:/base",
+                             "rbd:pool//base",
+                             "rbd:pool/base/",
+                             "rbd:pool/@s",
+                             "rbd:pool/base@",
+                             "rbd:pool/base@a@b",
+                             "rbd:pool@s/base",
+                             "rbd:pool/ba\nse"};
+    int r;
+
+    for (size_t i = 0; i < sizeof plain / sizeof *plain; i++) {
+        char *out = NULL;
+        r = fmt_named_path("qcow2", "backing file", "dir/o.qcow2", plain[i], FMT_NAME_MAY_RBD,
+                           &out);
+        CHECK(r == 0 && out && strcmp(out, plain[i]) == 0);
+        free(out);
+        /* without the flag (vpc, vmdk) a protocol as before */
+        out = path_of("dir/o.vmdk", plain[i], 0, &r);
+        CHECK(r == -ENOTSUP && !out);
+    }
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char *out = NULL;
+        r = fmt_named_path("qcow2", "backing file", "dir/o.qcow2", refused[i], FMT_NAME_MAY_RBD,
+                           &out);
+        CHECK(r == -EPERM && !out && strstr(err_msg(), "not a plain rbd:POOL/IMAGE"));
+    }
+    CHECK(fmt_names_rbd("rbd:x") && !fmt_names_rbd("./rbd:x") && !fmt_names_rbd("nbd://h/x"));
+}
+
 static void test_untrusted_message(void)
 {
     CHECK(fmt_refuse_named("vpc", "parent", "p.vhd") == -EPERM);
@@ -69,6 +108,7 @@ int main(void)
 {
     RUN(test_relative_to_the_image);
     RUN(test_refused_names);
+    RUN(test_rbd_names);
     RUN(test_untrusted_message);
     return check_exit();
 }
