@@ -134,10 +134,22 @@ int blk_kv_check(const struct blk_kvlist *l);
 
 /* ---- Images ---- */
 
+/* What a registered driver name is: a format (raw, qcow2) or a protocol
+ * (file, nbd, rbd, http), for --image-opts driver=NAME. */
+enum blk_driver_kind { BLK_DRIVER_NONE, BLK_DRIVER_FORMAT, BLK_DRIVER_PROTOCOL };
+enum blk_driver_kind blk_driver_kind(const char *name);
+
 struct blk_image_opts {
+    /* NULL only with a protocol that builds its image from the option
+     * keys (driver.h, struct blk_open_opts): the image is then named as
+     * its protocol node names itself (blk_node_filename of the root). */
     const char *filename;
-    const char *protocol; /* NULL: "file" */
+    const char *protocol; /* NULL: the one that claims filename, else "file" */
     const char *format;   /* NULL: probe */
+    /* --image-opts driver=PROTOCOL: the protocol node is the image, read
+     * through format (raw), and its format is shown as the protocol's
+     * name, as qemu-img shows it ("file", "nbd", "rbd"). */
+    bool protocol_image;
     enum blk_cache_mode cache;
     /* With a page-cache mode: one pass over the image (convert, compare),
      * so what it reads cold and what it writes leaves the page cache as

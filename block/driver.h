@@ -54,6 +54,11 @@ struct blk_chain {
 /* What a driver's open receives.  Protocol drivers get the filename;
  * format drivers get their child in n->file, already open. */
 struct blk_open_opts {
+    /* NULL for a protocol named by its option keys alone (--image-opts
+     * driver=rbd,pool=..,image=..): its open builds the image from the
+     * keys and sets n->filename (NULL until then) to a display name it
+     * allocates, which every message above uses; the driver's name
+     * when it sets none.  Formats above it get that name here. */
     const char *filename;
     bool read_only;
     bool direct;      /* O_DIRECT: bypass the host page cache */

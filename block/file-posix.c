@@ -155,6 +155,9 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         return r;
     }
+    if (!opts->filename) {
+        return err_setx(EINVAL, "the file driver needs a filename");
+    }
     r = file_open_checked(opts->filename, flags | (s->direct ? O_DIRECT : 0), &s->fd, &st);
     if (r < 0) {
         return r;

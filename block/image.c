@@ -27,7 +27,8 @@ struct blk_image {
     enum blk_discard_mode discard;
     bool read_only;
     bool writethrough;
-    bool probed; /* the format was guessed, not named */
+    bool probed;              /* the format was guessed, not named */
+    const char *shown_format; /* NULL: the root's driver (see protocol_image) */
 };
 
 int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
@@ -64,7 +65,10 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     }
     if (opts->force_share && (!o.read_only || opts->resize)) {
         return err_setx(EINVAL, "%s: force-share (-U) is for images opened read-only",
-                        opts->filename);
+                        opts->filename ? opts->filename : opts->protocol);
+    }
+    if (!opts->filename && !opts->protocol) {
+        return err_setx(EINVAL, "an image needs a filename or a protocol driver");
     }
     if (opts->detect_zeroes == BLK_DETECT_ZEROES_UNMAP && opts->discard != BLK_DISCARD_UNMAP) {
         /* qemu refuses this too: unmapping zeroes needs discard=unmap. */
@@ -86,8 +90,9 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     }
     img = calloc(1, sizeof *img);
     if (!img) {
+        r = err_set(ENOMEM, "opening %s", root->filename);
         blk_node_close(root);
-        return err_set(ENOMEM, "opening %s", opts->filename);
+        return r;
     }
     img->root = root;
     img->cache = opts->cache;
@@ -96,6 +101,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     img->read_only = o.read_only;
     img->writethrough = blk_cache_mode_writethrough(opts->cache);
     img->probed = opts->format == NULL;
+    img->shown_format = opts->protocol_image ? proto->name : NULL;
     *out = img;
     return 0;
 }
@@ -159,7 +165,7 @@ unsigned blk_image_chain_length(const struct blk_image *img)
 
 const char *blk_image_format(const struct blk_image *img)
 {
-    return img->root->drv->name;
+    return img->shown_format ? img->shown_format : img->root->drv->name;
 }
 
 bool blk_image_format_probed(const struct blk_image *img)
@@ -254,7 +260,7 @@ int blk_image_get_info(struct blk_image *img, struct blk_image_info *info)
     int r = 0;
 
     memset(info, 0, sizeof *info);
-    info->format = n->drv->name;
+    info->format = blk_image_format(img);
     info->virtual_size = blk_image_size(img);
     while (bottom->file) {
         bottom = bottom->file;

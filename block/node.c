@@ -26,17 +26,23 @@ int blk_node_open(struct blk_node **out, const struct blk_driver *drv, struct bl
     n->request_alignment = 1;
     n->zero_alignment = 1;
     n->mem_alignment = 1;
-    n->filename = strdup(opts->filename ? opts->filename : drv->name);
+    /* A protocol opened from its option keys alone (no filename) names
+     * itself in open; a format is named after its file. */
+    const char *name = opts->filename ? opts->filename : child ? child->filename : NULL;
+    n->filename = name ? strdup(name) : NULL;
     pthread_mutex_init(&n->flush_lock, NULL);
     pthread_rwlock_init(&n->rmw_lock, NULL);
     if (drv->state_size) {
         n->opaque = calloc(1, drv->state_size);
     }
-    if (!n->filename || (drv->state_size && !n->opaque)) {
+    if ((name && !n->filename) || (drv->state_size && !n->opaque)) {
         r = err_set(ENOMEM, "allocating a %s node", drv->name);
         goto fail;
     }
     r = drv->open(n, opts);
+    if (r == 0 && !n->filename && !(n->filename = strdup(drv->name))) {
+        r = err_set(ENOMEM, "allocating a %s node", drv->name);
+    }
     if (r < 0) {
         goto fail;
     }

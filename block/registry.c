@@ -38,6 +38,13 @@ const struct blk_driver *blk_find_driver(const char *name)
     return NULL;
 }
 
+enum blk_driver_kind blk_driver_kind(const char *name)
+{
+    const struct blk_driver *drv = blk_find_driver(name);
+
+    return !drv ? BLK_DRIVER_NONE : drv->is_format ? BLK_DRIVER_FORMAT : BLK_DRIVER_PROTOCOL;
+}
+
 bool blk_format_can_compress(const char *format)
 {
     const struct blk_driver *drv = blk_find_driver(format);

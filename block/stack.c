@@ -56,15 +56,15 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
         file->drv->uncache(file, (uint64_t)len - sizeof tail, sizeof tail);
     }
     blk_probe_all_tail(buf, sizeof buf, has_tail ? tail : NULL, has_tail ? sizeof tail : 0,
-                       o->filename, &p);
+                       file->filename, &p);
     if (!p.best) {
-        CLEANUP_FREE char *esc = str_escape(o->filename);
+        CLEANUP_FREE char *esc = str_escape(file->filename);
         return err_setx(EINVAL,
                         "%s: no format driver recognises the image; name the format with -f",
                         esc ? esc : "?");
     }
     if (p.other && (p.tie || o->untrusted)) {
-        CLEANUP_FREE char *esc = str_escape(o->filename);
+        CLEANUP_FREE char *esc = str_escape(file->filename);
         return err_setx(EINVAL,
                         "%s: the first bytes look like both %s and %s images; name the format "
                         "with -f",
@@ -84,7 +84,7 @@ static int blk_check_chain(const struct blk_open_opts *o)
         return err_setx(ELOOP, "backing chain deeper than %d backing files (%s is number %u)",
                         BLK_MAX_CHAIN_DEPTH, esc ? esc : "?", o->depth);
     }
-    if (!o->chain || stat(o->filename, &st) < 0) {
+    if (!o->chain || !o->filename || stat(o->filename, &st) < 0) {
         return 0; /* the protocol driver reports a missing file */
     }
     for (const struct blk_chain *c = o->chain; c; c = c->up) {
@@ -127,11 +127,12 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
     }
     r = blk_opts_check_stack(o->options, fmt, proto);
     if (r < 0) {
-        CLEANUP_FREE char *esc = str_escape(o->filename);
+        CLEANUP_FREE char *esc = str_escape(file->filename);
         err_prefix("%s", esc ? esc : "?");
         blk_node_close(file);
         return r;
     }
     fo.probed = format == NULL;
+    fo.filename = file->filename; /* the protocol's own name when it had none */
     return blk_node_open(out, fmt, file, &fo);
 }

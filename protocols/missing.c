@@ -18,7 +18,7 @@ static int missing_open(struct blk_node *n, const char *what, const char *featur
     return err_setx(ENOTSUP,
                     "%s: this diskimg was built without %s support (meson feature '%s', "
                     "needs %s)",
-                    n->filename, what, feature, package);
+                    n->filename ? n->filename : n->drv->name, what, feature, package);
 }
 #endif
 
