@@ -63,8 +63,77 @@ static const struct blk_opt_desc nbd_options[] = {
     {.key = "tls-username", .type = BLK_OPT_STRING, .optional = true},
     /* at most this many with multi-conn (0, 1: one) */
     {.key = "connections", .type = BLK_OPT_UINT, .optional = true},
+    /* --image-opts driver=nbd without a filename: the server as qemu's
+     * nbd driver spells it (SocketAddress, export) */
+    {.key = "server.type", .type = BLK_OPT_STRING},
+    {.key = "server.host", .type = BLK_OPT_STRING},
+    {.key = "server.port", .type = BLK_OPT_STRING},
+    {.key = "server.path", .type = BLK_OPT_STRING},
+    {.key = "export", .type = BLK_OPT_STRING},
     {NULL},
 };
+
+static int dup_key(const struct blk_kvlist *l, const char *key, const char *dflt, char **out)
+{
+    const char *v = blk_kv_get(l, key);
+
+    if (!v && !dflt) {
+        return blk_opt_error("nbd", key, "is required with server.type=%s",
+                             blk_kv_get(l, "server.type"));
+    }
+    *out = strdup(v ? v : dflt);
+    return *out ? 0 : err_set(ENOMEM, "nbd: option '%s'", key);
+}
+
+/* The server and export from the keys alone (no filename), as qemu's
+ * nbd driver takes them: server.type=inet with server.host and
+ * server.port, or server.type=unix with server.path; TLS when TLS
+ * credentials are given, as qemu's tls-creds turns it on. */
+static int nbd_uri_from_keys(const struct blk_kvlist *l, struct nbd_uri *u)
+{
+    const char *type = blk_kv_get(l, "server.type");
+    int r;
+
+    memset(u, 0, sizeof *u);
+    if (!type) {
+        return err_setx(EINVAL, "nbd: needs a filename (an NBD URI) or server.type=inet|unix");
+    }
+    u->tls = blk_kv_get(l, "tls-creds") || blk_kv_get(l, "tls-psk");
+    if (strcmp(type, "unix") == 0) {
+        u->unix_socket = true;
+        r = dup_key(l, "server.path", NULL, &u->socket);
+    } else if (strcmp(type, "inet") == 0) {
+        r = dup_key(l, "server.host", NULL, &u->host);
+        if (r == 0) {
+            r = dup_key(l, "server.port", "10809", &u->port);
+        }
+    } else {
+        r = blk_opt_error("nbd", "server.type", "'%s' is neither inet nor unix", type);
+    }
+    if (r == 0) {
+        r = dup_key(l, "export", "", &u->export_name);
+    }
+    if (r < 0) {
+        nbd_uri_free(u);
+    }
+    return r;
+}
+
+/* The node's name when the keys made the URI: qemu's, or for TLS (which
+ * qemu 7.2 spells no URI for) the libnbd URI without its query. */
+static char *nbd_keys_name(const struct nbd_uri *u)
+{
+    char *name = nbd_uri_qemu_name(u);
+
+    if (!name && u->unix_socket &&
+        asprintf(&name, "nbds+unix:///%s?socket=%s", u->export_name, u->socket) < 0) {
+        name = NULL;
+    } else if (!name && !u->unix_socket &&
+               asprintf(&name, "nbds://%s:%s/%s", u->host, u->port, u->export_name) < 0) {
+        name = NULL;
+    }
+    return name;
+}
 
 static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
 {
@@ -76,7 +145,12 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         return r;
     }
-    r = nbd_uri_parse(opts->filename, &d->uri);
+    if (opts->filename) {
+        r = nbd_uri_parse(opts->filename, &d->uri);
+    } else if ((r = nbd_uri_from_keys(opts->options, &d->uri)) == 0 &&
+               !(n->filename = nbd_keys_name(&d->uri))) {
+        r = err_set(ENOMEM, "nbd: naming the export");
+    }
     if (r < 0) {
         return r;
     }
@@ -100,7 +174,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
             return err_setx(EINVAL,
                             "%s: nbds:// needs --tls-creds=DIR or --tls-psk=FILE (or "
                             "tls-certificates= / tls-psk-file= in the URI)",
-                            opts->filename);
+                            n->filename);
         }
         r = nbd_tls_new(&d->tls, &tc, false);
         if (r < 0) {
@@ -117,7 +191,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
     d->nconns = 1;
     if (!opts->read_only && (d->exp.eflags & NBD_FLAG_READ_ONLY)) {
         return err_setx(EROFS, "%s: the NBD export is read-only and cannot be written",
-                        opts->filename);
+                        n->filename);
     }
     /* More connections only for bulk work (convert, bench) and where the
      * server says they see each other's writes and flushes.  A server
