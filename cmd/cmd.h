@@ -121,7 +121,8 @@ bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
  * keys (CMD_IMAGE_OPTS_*) names the extra generic keys sub takes. */
 enum { CMD_OPT_IMAGE_OPTS = 0x4300 };
 #define CMD_IMAGE_OPTS_HELP                                                                        \
-    "      --image-opts       IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
+    "      --image-opts       the image operand is options: driver=FMT,file.filename=PATH\n"       \
+    "                         [,KEY=VALUE...], or driver=PROTOCOL,KEY=VALUE... (diskimg(1))\n"
 #define CMD_IMAGE_OPTS_CACHE 1u /* cache=MODE sets o->cache */
 int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_image_opts *o);
 /* The IMAGE operand arg: with --image-opts (image_opts), its options
@@ -139,6 +140,17 @@ typedef int (*cmd_kv_fn)(void *opaque, const char *key, const char *value);
 int cmd_kv_foreach(const char *sub, const char *what, char *spec, cmd_kv_fn fn, void *opaque);
 int cmd_image_opts_key(const char *sub, const char *what, struct blk_image_opts *o, const char *key,
                        const char *value);
+/* The key a driver gets for key: file.KEY is the protocol's KEY. */
+const char *cmd_image_opts_driver_key(const char *key);
+/* After the keys: driver= resolved to a format or to a protocol that is
+ * the image (protocol_image), file.driver= checked, the filename required
+ * unless a protocol other than file builds its image from its keys, the
+ * driver keys checked; 0 or EXIT_USAGE. */
+int cmd_image_opts_finish(const char *sub, const char *what, struct blk_image_opts *o);
+struct blk_image;
+/* The image's name for messages: its filename, else what its protocol
+ * node calls itself once open (img), else the protocol's name. */
+const char *cmd_image_name(const struct blk_image_opts *o, const struct blk_image *img);
 
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */

@@ -3,7 +3,14 @@
  * every subcommand that takes it.  The keys every subcommand understands
  * fill struct blk_image_opts; the rest go to the image's drivers, which
  * check them (block.h, "Driver options").  serve, whose --image-opts and
- * --export take more keys, builds on the same pieces. */
+ * --export take more keys, builds on the same pieces.
+ *
+ * The node tree qemu spells with dots has two levels here: the format
+ * and its protocol.  driver= names either: a format (qcow2: its file is
+ * file.driver=, "file" by default) or a protocol (file, nbd, rbd, http:
+ * that node is the image, read as raw, as in qemu).  file.KEY=VALUE is
+ * the protocol's KEY and reaches the drivers as KEY=VALUE: each key is
+ * offered to both nodes and taken by the driver that declares it. */
 #include <string.h>
 
 #include "block/block.h"
@@ -29,17 +36,50 @@ int cmd_kv_foreach(const char *sub, const char *what, char *spec, cmd_kv_fn fn, 
 int cmd_image_opts_key(const char *sub, const char *what, struct blk_image_opts *o, const char *key,
                        const char *value)
 {
+    (void)sub;
+    (void)what;
     if (strcmp(key, "driver") == 0 || strcmp(key, "format") == 0) {
-        o->format = value;
+        o->format = value; /* a format or a protocol: cmd_image_opts_finish decides */
     } else if (strcmp(key, "file.filename") == 0 || strcmp(key, "filename") == 0 ||
                strcmp(key, "file") == 0) {
         o->filename = value;
     } else if (strcmp(key, "file.driver") == 0) {
-        if (strcmp(value, "file") != 0) {
-            return cmd_usage_error(sub, "%s: file.driver=%s is not supported", what, value);
-        }
+        o->protocol = value;
     } else {
         return CMD_KEY_NOT_MINE;
+    }
+    return 0;
+}
+
+const char *cmd_image_opts_driver_key(const char *key)
+{
+    return strncmp(key, "file.", 5) == 0 && key[5] ? key + 5 : key;
+}
+
+int cmd_image_opts_finish(const char *sub, const char *what, struct blk_image_opts *o)
+{
+    enum blk_driver_kind kind = o->format ? blk_driver_kind(o->format) : BLK_DRIVER_FORMAT;
+
+    if (kind == BLK_DRIVER_NONE) {
+        return cmd_usage_error(sub, "%s: unknown driver '%s'", what, o->format);
+    }
+    if (kind == BLK_DRIVER_PROTOCOL) {
+        if (o->protocol) {
+            return cmd_usage_error(sub, "%s: driver=%s is a protocol; file.driver=%s has no place",
+                                   what, o->format, o->protocol);
+        }
+        o->protocol = o->format;
+        o->format = "raw";
+        o->protocol_image = true;
+    } else if (o->protocol && blk_driver_kind(o->protocol) != BLK_DRIVER_PROTOCOL) {
+        return cmd_usage_error(sub, "%s: unknown protocol driver '%s' (file.driver)", what,
+                               o->protocol);
+    }
+    if (!o->filename && (!o->protocol || strcmp(o->protocol, "file") == 0)) {
+        return cmd_usage_error(sub, "%s: file.filename is missing", what);
+    }
+    if (blk_kv_check(&o->options) < 0) {
+        return cmd_usage_error(sub, "%s: %s", what, err_msg());
     }
     return 0;
 }
@@ -64,7 +104,7 @@ static int parse_key(void *opaque, const char *key, const char *value)
         }
         return 0;
     }
-    if (blk_kv_add(&c->o->options, key, value) < 0) {
+    if (blk_kv_add(&c->o->options, cmd_image_opts_driver_key(key), value) < 0) {
         return cmd_usage_error(c->sub, "--image-opts: %s", err_msg());
     }
     return 0;
@@ -75,16 +115,7 @@ int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_
     struct parse_ctx c = {.sub = sub, .keys = keys, .o = o};
     int r = cmd_kv_foreach(sub, "--image-opts", spec, parse_key, &c);
 
-    if (r) {
-        return r;
-    }
-    if (!o->filename) {
-        return cmd_usage_error(sub, "--image-opts: file.filename is missing");
-    }
-    if (blk_kv_check(&o->options) < 0) {
-        return cmd_usage_error(sub, "--image-opts: %s", err_msg());
-    }
-    return 0;
+    return r ? r : cmd_image_opts_finish(sub, "--image-opts", o);
 }
 
 int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys,
@@ -99,4 +130,12 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
     }
     o->filename = NULL; /* only file.filename= names the file */
     return cmd_parse_image_opts(sub, arg, keys, o);
+}
+
+const char *cmd_image_name(const struct blk_image_opts *o, const struct blk_image *img)
+{
+    if (o->filename) {
+        return o->filename;
+    }
+    return img ? blk_node_filename(blk_image_root(img)) : o->protocol;
 }

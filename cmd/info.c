@@ -29,8 +29,8 @@ static FILE *info_out;
 static void info_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg info [-f FMT] [--output=human|json] [--backing-chain | --untrusted]\n"
-            "                    [-U] FILE\n"
+            "Usage: diskimg info [-f FMT | --image-opts] [--output=human|json]\n"
+            "                    [--backing-chain | --untrusted] [-U] FILE\n"
             "\n"
             "Show what FILE is: format, virtual and allocated size, backing file, snapshots\n"
             "and format-specific details (same fields as qemu-img info).\n"
@@ -38,8 +38,8 @@ static void info_usage(FILE *f)
             "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
             "  -U, --force-share    read the image even while another process writes it\n"
             "      --output=FMT     human (default) or json\n"
-            "      --backing-chain  also show every backing file, top first\n" CMD_TLS_HELP
-                CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
+            "      --backing-chain  also show every backing file, top first\n" CMD_IMAGE_OPTS_HELP
+                CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
             "See diskimg-info(1).\n");
@@ -292,25 +292,27 @@ static bool backing_is_protocol(const char *name)
     return colon && (!slash || colon < slash);
 }
 
-/* Open one image of the chain, metadata only. */
-static int info_open(const char *filename, const char *format, const struct blk_image_opts *tls,
-                     struct blk_image_info *in)
+/* Open one image of the chain, metadata only; *shown (malloc'd) gets
+ * the name its root node has (a protocol named by keys names itself). */
+static int info_open(const struct blk_image_opts *base, struct blk_image_info *in, char **shown)
 {
-    struct blk_image_opts o = {.filename = filename,
-                               .format = format,
-                               .read_only = true,
-                               .no_backing = true,
-                               .force_share = tls->force_share,
-                               .untrusted = tls->untrusted,
-                               .options = tls->options};
+    struct blk_image_opts o = *base;
     struct blk_image *img = NULL;
-    int r = blk_image_open(&img, &o);
+    int r;
 
+    o.read_only = true;
+    o.no_backing = true;
+    r = blk_image_open(&img, &o);
     if (r < 0) {
         return r;
     }
     r = blk_image_get_info(img, in);
+    *shown = strdup(blk_node_filename(blk_image_root(img)));
     blk_image_close(img);
+    if (r == 0 && !*shown) {
+        blk_image_info_free(in);
+        r = -ENOMEM;
+    }
     return r;
 }
 
@@ -323,13 +325,14 @@ static int info_run(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
     struct blk_image_opts tls = {0}; /* only the TLS keys, force_share and untrusted */
-    bool json = false, chain = false;
+    bool json = false, chain = false, image_opts = false;
     struct json_writer w;
     struct {
         dev_t dev;
@@ -358,6 +361,9 @@ static int info_run(int argc, char **argv)
         case OPT_BACKING_CHAIN:
             chain = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -374,6 +380,13 @@ static int info_run(int argc, char **argv)
         return cmd_usage_error("info", "--backing-chain opens the backing files, which "
                                        "--untrusted does not");
     }
+    /* The top image: FILE, or with --image-opts the image FILE spells. */
+    struct blk_image_opts top = tls;
+    top.format = format;
+    r = cmd_image_operand("info", argv[optind], image_opts, 0, &top);
+    if (r) {
+        return r;
+    }
     char *buf = NULL;
     size_t buf_len = 0;
     info_out = chain ? open_memstream(&buf, &buf_len) : stdout;
@@ -385,13 +398,13 @@ static int info_run(int argc, char **argv)
     if (json && chain) {
         json_begin_array(&w, NULL);
     }
-    char *name = strdup(argv[optind]);
-    char *fmt = format ? strdup(format) : NULL;
-    for (unsigned depth = 0; name; depth++) {
+    char *name = top.filename ? strdup(top.filename) : NULL;
+    char *fmt = NULL;
+    for (unsigned depth = 0; name || depth == 0; depth++) {
         struct blk_image_info in;
         struct stat st;
 
-        if (stat(name, &st) == 0) {
+        if (name && stat(name, &st) == 0) {
             for (unsigned i = 0; i < nseen; i++) {
                 if (seen[i].dev == st.st_dev && seen[i].ino == st.st_ino) {
                     CLEANUP_FREE char *esc = str_escape(name);
@@ -410,7 +423,13 @@ static int info_run(int argc, char **argv)
                     argv[optind], BLK_MAX_CHAIN_DEPTH);
             r = -1;
         }
-        if (r == 0 && (r = info_open(name, fmt, &tls, &in)) < 0) {
+        struct blk_image_opts below = {.filename = name,
+                                       .format = fmt,
+                                       .force_share = tls.force_share,
+                                       .untrusted = tls.untrusted,
+                                       .options = tls.options};
+        CLEANUP_FREE char *node_name = NULL;
+        if (r == 0 && (r = info_open(depth ? &below : &top, &in, &node_name)) < 0) {
             cmd_print_open_error(r, true);
             status = cmd_status(r, EXIT_ERROR);
         }
@@ -428,14 +447,19 @@ static int info_run(int argc, char **argv)
             r = -1;
             break;
         }
-        CLEANUP_FREE char *shown = cmd_display_name(name);
+        if (depth == 0 && (!name || image_opts)) {
+            /* as qemu-img: the name the image's node has */
+            free(name);
+            name = strdup(node_name);
+        }
+        CLEANUP_FREE char *shown = name ? cmd_display_name(name) : NULL;
         if (json) {
-            info_json(&w, shown ? shown : name, &in);
+            info_json(&w, shown ? shown : node_name, &in);
         } else {
             if (depth) {
                 fprintf(info_out, "\n");
             }
-            info_human(shown ? shown : name, &in);
+            info_human(shown ? shown : node_name, &in);
         }
         free(name);
         free(fmt);

@@ -14,25 +14,25 @@
 
 static void map_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: diskimg map [-f FMT] [--output=human|json] [--start-offset=OFF]\n"
-            "                   [--max-length=LEN] [-U] FILE\n"
-            "\n"
-            "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
-            "\n"
-            "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
-            "  -U, --force-share    map the image even while another process writes it\n"
-            "      --output=FMT     human (default): data ranges with their file offsets;\n"
-            "                       json: every range with start, length, depth, present,\n"
-            "                       zero, data and offset, as qemu-img map\n"
-            "  -s, --start-offset=OFF   start there (default 0)\n"
-            "  -l, --max-length=LEN     stop after LEN bytes\n"
-            "      --detail         what diskimg knows where qemu-img's driver knows\n"
-            "                       less (vpc, vhdx): holes inside blocks, offsets\n" CMD_TLS_HELP
-                CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
-            "\n"
-            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
-            "See diskimg-map(1).\n");
+    fprintf(f, "Usage: diskimg map [-f FMT | --image-opts] [--output=human|json]\n"
+               "                   [--start-offset=OFF] [--max-length=LEN] [-U] FILE\n"
+               "\n"
+               "Show how FILE's virtual disk maps to data, zeroes and backing files.\n"
+               "\n"
+               "  -f, --format=FMT     image format, diskimg-formats(7) (default: probe)\n"
+               "  -U, --force-share    map the image even while another process writes it\n"
+               "      --output=FMT     human (default): data ranges with their file offsets;\n"
+               "                       json: every range with start, length, depth, present,\n"
+               "                       zero, data and offset, as qemu-img map\n"
+               "  -s, --start-offset=OFF   start there (default 0)\n"
+               "  -l, --max-length=LEN     stop after LEN bytes\n"
+               "      --detail         what diskimg knows where qemu-img's driver knows\n"
+               "                       less (vpc, vhdx): holes inside blocks, "
+               "offsets\n" CMD_IMAGE_OPTS_HELP CMD_TLS_HELP CMD_UNTRUSTED_HELP
+               "  -h, --help           this help\n"
+               "\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
+               "See diskimg-map(1).\n");
 }
 
 /* One output range, in qemu-img's terms. */
@@ -92,11 +92,13 @@ static int map_run(int argc, char **argv)
         {"max-length", required_argument, NULL, 'l'},
         {"force-share", no_argument, NULL, 'U'},
         {"detail", no_argument, NULL, OPT_DETAIL},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true};
+    bool image_opts = false;
     struct blk_image *img = NULL;
     uint64_t start = 0, max_len = UINT64_MAX;
     bool json = false, first = true, have = false, detail = false;
@@ -133,6 +135,9 @@ static int map_run(int argc, char **argv)
         case OPT_DETAIL:
             detail = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -145,7 +150,10 @@ static int map_run(int argc, char **argv)
     if (optind + 1 != argc) {
         return cmd_usage_error("map", "expected one FILE");
     }
-    o.filename = argv[optind];
+    r = cmd_image_operand("map", argv[optind], image_opts, 0, &o);
+    if (r) {
+        return r;
+    }
     r = blk_image_open(&img, &o);
     if (r < 0) {
         cmd_print_open_error(r, true);

@@ -171,7 +171,7 @@ static int image_key(struct blk_image_opts *img, const char *key, const char *va
         if (blk_detect_zeroes_parse(value, &img->detect_zeroes) < 0) {
             return cmd_usage_error("serve", "%s: invalid detect-zeroes '%s'", what, value);
         }
-    } else if (blk_kv_add(&img->options, key, value) < 0) {
+    } else if (blk_kv_add(&img->options, cmd_image_opts_driver_key(key), value) < 0) {
         return cmd_usage_error("serve", "%s: %s", what, err_msg());
     }
     return 0;
@@ -237,10 +237,10 @@ static int serve_parse_export(struct serve_opts *o, const struct blk_image_opts 
     if (r) {
         return r;
     }
-    if (!e->name || !e->img.filename) {
+    if (!e->name || (!e->img.filename && !e->img.protocol && !e->img.format)) {
         return cmd_usage_error("serve", "--export needs name=NAME and file=PATH");
     }
-    r = check_driver_keys(&e->img, "--export");
+    r = cmd_image_opts_finish("serve", "--export", &e->img);
     if (r) {
         return r;
     }
@@ -558,13 +558,11 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
             if (r) {
                 return r;
             }
-            if (!o->img.filename) {
-                return cmd_usage_error("serve", "--image-opts: file.filename is missing");
-            }
+            r = cmd_image_opts_finish("serve", "--image-opts", &o->img);
         } else {
             o->img.filename = argv[optind];
+            r = check_driver_keys(&o->img, NULL);
         }
-        r = check_driver_keys(&o->img, o->image_opts ? "--image-opts" : NULL);
         if (r) {
             return r;
         }

@@ -222,7 +222,7 @@ static void serve_warn_probed_raw(const struct serve_export *e)
     log_warn("%s: format not given and probed as raw: writes that would make its first sector "
              "look like another image format are refused; name the format (-f raw, or "
              "format=raw in --export) to lift that",
-             e->img.filename);
+             cmd_image_name(&e->img, e->opened));
 }
 
 /* Open every export's image and hand it to the server. */
@@ -260,7 +260,7 @@ static int serve_close_exports(struct serve_opts *o, bool flush)
         }
         int r = blk_image_flush(e->opened);
         if (r < 0) {
-            cmd_print_failure(r, "flushing %s", e->img.filename);
+            cmd_print_failure(r, "flushing %s", cmd_image_name(&e->img, e->opened));
             status = -1;
         }
     }
@@ -274,7 +274,7 @@ static int serve_free_exports(struct serve_opts *o)
     for (unsigned i = 0; i < o->n_exports; i++) {
         int r = blk_image_close(o->exports[i].opened);
         if (r < 0) {
-            cmd_print_failure(r, "closing %s", o->exports[i].img.filename);
+            cmd_print_failure(r, "closing %s", cmd_image_name(&o->exports[i].img, NULL));
             status = -1;
         }
         o->exports[i].opened = NULL;
