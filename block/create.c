@@ -81,6 +81,43 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold)
     return r;
 }
 
+/* An image of a protocol that makes its own (rbd): created empty, then
+ * opened as a writer (its lock taken) and formatted; removed again if
+ * anything fails.  There is no file lock to keep for the caller. */
+static int create_on_protocol(const struct blk_driver *drv, const struct blk_driver *proto,
+                              const struct blk_create_opts *o, char **summary)
+{
+    struct blk_open_opts fo = {
+        .filename = o->filename,
+        .perms = {.perm = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE | BLK_PERM_RESIZE,
+                  .shared = BLK_PERM_SHARED_DEFAULT,
+                  .shared_here = BLK_PERM_SHARED_DEFAULT},
+    };
+    struct blk_node *file = NULL;
+    int r;
+
+    r = proto->create_node(o->filename, NULL, 0);
+    if (r < 0) {
+        return r;
+    }
+    r = blk_node_open(&file, proto, NULL, &fo);
+    if (r == 0) {
+        file->growable = true;
+        r = drv->create(file, o, summary);
+        if (r == 0) {
+            r = blk_flush(file);
+        }
+        blk_node_close(file);
+    }
+    if (r < 0 && proto->remove_node) {
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", err_msg());
+        proto->remove_node(o->filename, NULL); /* no half-formatted image */
+        err_setx(-r, "%s", saved);
+    }
+    return r;
+}
+
 int blk_create(const struct blk_create_opts *o, char **summary)
 {
     const struct blk_driver *drv = blk_find_driver(o->format);
@@ -102,11 +139,15 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (!drv || !drv->is_format) {
         return err_setx(EINVAL, "unknown image format '%s' (%s)", o->format, formats);
     }
-    if (!blk_protocol_for(o->filename)) {
+    const struct blk_driver *proto = blk_protocol_for(o->filename);
+    if (!proto) {
         return -EPROTONOSUPPORT; /* a URL: not a file to create */
     }
     if (drv->create_check && (r = drv->create_check(o)) < 0) {
         return r; /* an existing file stays as it was */
+    }
+    if (proto->create_node) {
+        return create_on_protocol(drv, proto, o, summary);
     }
     r = create_lock_file(o->filename, &hold);
     if (r < 0) {

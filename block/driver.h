@@ -198,6 +198,13 @@ struct blk_driver {
     int (*bitmap_change)(struct blk_node *n, const struct blk_bitmap_op *op);
     /* Host bytes the node uses (protocols). */
     int64_t (*allocated_size)(struct blk_node *n);
+    /* Protocols whose images are not local files (rbd): make a new, empty
+     * image called filename (options: the image's driver options, may be
+     * NULL), refusing one that exists (-EEXIST), as qemu-img does.  The
+     * format's create then fills it.  NULL: block/create.c makes a file. */
+    int (*create_node)(const char *filename, const struct blk_kvlist *options, uint64_t size);
+    /* Remove what create_node made (a create or convert that failed). */
+    int (*remove_node)(const char *filename, const struct blk_kvlist *options);
     /* Format a newly created (empty) protocol node. */
     int (*create)(struct blk_node *file, const struct blk_create_opts *o, char **summary);
     const char *create_help; /* text for -o help */
