@@ -4,12 +4,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
 #include "common/error.h"
+#include "common/url-redact.h"
 #include "driver.h"
 #include "file-lock.h"
 
@@ -142,6 +145,12 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     const struct blk_driver *proto = blk_protocol_for(o->filename);
     if (!proto) {
         return -EPROTONOSUPPORT; /* a URL: not a file to create */
+    }
+    if (!proto->pwritev) {
+        /* a read-only protocol (http): never a local file of that name */
+        CLEANUP_FREE char *shown = url_redact(o->filename);
+        return err_setx(EROFS, "%s: %s images are read-only; diskimg cannot create one",
+                        shown ? shown : "?", proto->name);
     }
     if (drv->create_check && (r = drv->create_check(o)) < 0) {
         return r; /* an existing file stays as it was */

@@ -133,6 +133,6 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
         return r;
     }
     fo.probed = format == NULL;
-    fo.filename = file->filename; /* the protocol's own name when it had none */
+    fo.filename = file->filename; /* the protocol's name: an HTTP URL without its query */
     return blk_node_open(out, fmt, file, &fo);
 }

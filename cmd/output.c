@@ -10,6 +10,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/error.h"
+#include "common/url-redact.h"
 #include "common/util.h"
 #include "nbd/uri.h"
 
@@ -157,6 +158,9 @@ char *cmd_display_name(const char *name)
     struct nbd_uri u = {0};
     char *out = NULL;
 
+    if (http_url_is(name)) {
+        return url_redact(name); /* never a signature or a password */
+    }
     if (nbd_uri_is(name) && nbd_uri_parse(name, &u) == 0) {
         out = nbd_uri_qemu_name(&u);
     }
