@@ -1,0 +1,400 @@
+/* protocols/http/conn.c: one ranged GET over a libcurl easy handle.
+ *
+ * Everything the server says is checked before a byte is trusted: the
+ * status must be 206 (a server that ignores Range would send the whole
+ * image: the transfer is cut at the first body byte), Content-Range must
+ * name exactly the range asked for, and the body must be as long as it
+ * says.  Transient failures (connection refused or reset, timeouts, 408,
+ * 429 and 5xx answers a proxy or an overloaded store gives) are retried
+ * a bounded number of times with a growing pause; nothing waits forever,
+ * as connects and stalled transfers time out.  Not for the pool or the
+ * read-ahead: driver.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "common/error.h"
+#include "common/escape.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "conn.h"
+#include "range.h"
+
+#define MAX_REDIRECTS 8L
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 2000
+
+struct http_conn {
+    CURL *easy;
+    const struct http_config *cfg;
+    char errbuf[CURL_ERROR_SIZE];
+    /* The request in flight. */
+    const struct iovec *iov;
+    int iovcnt;
+    uint64_t want; /* bytes asked for */
+    uint64_t got;  /* bytes stored */
+    bool overflow; /* the body went on past what was asked */
+    bool refused;  /* cut at the first body byte: the status was not 206 */
+    /* The headers of the last answer (a redirect's are forgotten). */
+    bool have_range;
+    bool bad_range;
+    struct http_content_range range;
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init_once(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int http_global_init(void)
+{
+    pthread_once(&global_once, global_init_once);
+    if (global_rc != CURLE_OK) {
+        return err_setx(EIO, "libcurl could not start: %s", curl_easy_strerror(global_rc));
+    }
+    return 0;
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *opaque)
+{
+    struct http_conn *c = opaque;
+    size_t len = size * nmemb;
+    const char *v;
+    size_t vlen;
+
+    if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        /* a new answer (after a redirect or a 100 Continue) */
+        c->have_range = false;
+        c->bad_range = false;
+    } else if (http_header_match(line, len, "Content-Range", &v, &vlen)) {
+        c->have_range = true;
+        c->bad_range = http_content_range_parse(v, vlen, &c->range) < 0;
+    }
+    return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *opaque)
+{
+    struct http_conn *c = opaque;
+    size_t len = size * nmemb;
+    long status = 0;
+
+    if (c->got == 0) {
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (status != 206) {
+            c->refused = true; /* an error page, or the whole image: do not download it */
+            return 0;
+        }
+    }
+    if (len > c->want - c->got) {
+        c->overflow = true;
+        return 0;
+    }
+    iov_from_buf(c->iov, c->iovcnt, c->got, data, len);
+    c->got += len;
+    return len;
+}
+
+static int setup_tls(struct http_conn *c, const struct http_config *cfg)
+{
+    CURLcode rc = CURLE_OK;
+
+    if (!cfg->verify) {
+        rc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYPEER, 0L);
+        rc |= curl_easy_setopt(c->easy, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (cfg->ca_file) {
+        /* the directory's CA only: the system's are not trusted with it */
+        rc |= curl_easy_setopt(c->easy, CURLOPT_CAINFO, cfg->ca_file);
+        rc |= curl_easy_setopt(c->easy, CURLOPT_CAPATH, NULL);
+    }
+    if (cfg->client_cert && cfg->client_key) {
+        rc |= curl_easy_setopt(c->easy, CURLOPT_SSLCERT, cfg->client_cert);
+        rc |= curl_easy_setopt(c->easy, CURLOPT_SSLKEY, cfg->client_key);
+    }
+    return rc == CURLE_OK ? 0 : -EINVAL;
+}
+
+int http_conn_new(struct http_conn **out, const struct http_config *cfg)
+{
+    struct http_conn *c = calloc(1, sizeof *c);
+    CURLcode rc = CURLE_OK;
+
+    if (!c || !(c->easy = curl_easy_init())) {
+        free(c);
+        return err_set(ENOMEM, "%s: starting a libcurl handle", cfg->display);
+    }
+    c->cfg = cfg;
+    rc |= curl_easy_setopt(c->easy, CURLOPT_URL, cfg->url);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_ERRORBUFFER, c->errbuf);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_FOLLOWLOCATION, 1L);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_MAXREDIRS, MAX_REDIRECTS);
+    rc |=
+        curl_easy_setopt(c->easy, CURLOPT_PROTOCOLS_STR, cfg->https_only ? "https" : "http,https");
+    rc |= curl_easy_setopt(c->easy, CURLOPT_REDIR_PROTOCOLS_STR, "https");
+    rc |= curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT, (long)cfg->timeout_s);
+    /* a transfer that moves nothing for timeout_s seconds has stalled */
+    rc |= curl_easy_setopt(c->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_LOW_SPEED_TIME, (long)cfg->timeout_s);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_HEADERFUNCTION, on_header);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_HEADERDATA, c);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_body);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
+    /* no Accept-Encoding: a compressed answer's bytes are not the range */
+    rc |= curl_easy_setopt(c->easy, CURLOPT_USERAGENT, "diskimg");
+    if (cfg->share) {
+        rc |= curl_easy_setopt(c->easy, CURLOPT_SHARE, cfg->share);
+    }
+    if (rc != CURLE_OK || setup_tls(c, cfg) < 0) {
+        http_conn_free(c);
+        return err_setx(EINVAL, "%s: libcurl refused an option (is it older than 7.85?)",
+                        cfg->display);
+    }
+    *out = c;
+    return 0;
+}
+
+void http_conn_free(struct http_conn *c)
+{
+    if (c) {
+        curl_easy_cleanup(c->easy);
+        free(c);
+    }
+}
+
+/* Standard reason phrases: the server's own is never printed. */
+static const char *status_reason(long status)
+{
+    switch (status) {
+    case 200:
+        return "OK (the server ignores Range requests)";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 410:
+        return "Gone";
+    case 416:
+        return "Range Not Satisfiable";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status >= 400 ? "error" : "unexpected answer";
+    }
+}
+
+static int status_errno(long status)
+{
+    switch (status) {
+    case 401:
+    case 403:
+        return EACCES;
+    case 404:
+    case 410:
+        return ENOENT;
+    default:
+        return EIO;
+    }
+}
+
+static bool status_transient(long status)
+{
+    return status == 408 || status == 429 || status == 500 || status == 502 || status == 503 ||
+           status == 504;
+}
+
+static bool curl_transient(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Outcome of one attempt: 0, or -errno with a message, and whether it is
+ * worth another try. */
+static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *transient)
+{
+    const char *d = c->cfg->display;
+    CLEANUP_FREE char *why = str_escape(c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc));
+
+    *transient = false;
+    if (c->overflow) {
+        return err_setx(EPROTO, "%s: the server sent more bytes than the range asked for", d);
+    }
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL && status >= 300 && status < 400) {
+        return err_setx(EACCES,
+                        "%s: the server redirects to a URL that is not https (redirects are "
+                        "followed only to https)",
+                        d);
+    }
+    if (rc == CURLE_TOO_MANY_REDIRECTS) {
+        return err_setx(ELOOP, "%s: more than %ld redirects", d, MAX_REDIRECTS);
+    }
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL) {
+        return err_setx(EPROTONOSUPPORT, "%s: %s", d, why ? why : "unsupported protocol");
+    }
+    if (rc == CURLE_PEER_FAILED_VERIFICATION) {
+        return err_setx(EACCES,
+                        "%s: TLS: the server's certificate is not trusted (%s); --tls-creds DIR "
+                        "trusts DIR/ca-cert.pem",
+                        d, why ? why : "verification failed");
+    }
+    if (rc != CURLE_OK && !c->refused) {
+        *transient = curl_transient(rc);
+        return err_setx(rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO, "%s: %s", d,
+                        why ? why : "transfer failed");
+    }
+    if (status == 200) {
+        return err_setx(EPROTO,
+                        "%s: the server ignores Range requests (it answered 200 with the whole "
+                        "file, not 206); diskimg reads HTTP images only from servers that serve "
+                        "byte ranges",
+                        d);
+    }
+    if (status != 206) {
+        *transient = status_transient(status);
+        return err_setx(status_errno(status), "%s: HTTP %ld %s", d, status, status_reason(status));
+    }
+    return 0;
+}
+
+/* A 206 answer: does Content-Range describe exactly what was asked? */
+static int check_range(struct http_conn *c, uint64_t off, uint64_t len, struct http_answer *ans)
+{
+    const char *d = c->cfg->display;
+    const struct http_content_range *r = &c->range;
+
+    if (!c->have_range || c->bad_range || !r->has_range) {
+        return err_setx(EPROTO, "%s: the server's 206 answer has %s Content-Range header", d,
+                        c->have_range ? "an invalid" : "no");
+    }
+    if (!r->has_total) {
+        return err_setx(EPROTO,
+                        "%s: the server does not say the file's size (Content-Range "
+                        "total '*')",
+                        d);
+    }
+    /* A range that starts elsewhere, or ends early without reaching the
+     * end of the file, is not what was asked for. */
+    if (r->first != off || r->last > off + len - 1 ||
+        (r->last < off + len - 1 && r->last != r->total - 1)) {
+        return err_setx(EPROTO,
+                        "%s: the server answered bytes %" PRIu64 "-%" PRIu64
+                        " for a request of bytes %" PRIu64 "-%" PRIu64,
+                        d, r->first, r->last, off, off + len - 1);
+    }
+    if (c->got != r->last - r->first + 1) {
+        return err_setx(EPROTO, "%s: the server sent %" PRIu64 " bytes of a %" PRIu64 "-byte range",
+                        d, c->got, r->last - r->first + 1);
+    }
+    ans->total = r->total;
+    ans->got = c->got;
+    return 0;
+}
+
+/* An empty file, for a range starting at 0: a 416 whose Content-Range
+ * says the total is 0, or (nginx) a 200 with an empty body. */
+static bool empty_file(struct http_conn *c, uint64_t off, long status)
+{
+    curl_off_t length = -1;
+
+    if (off != 0) {
+        return false;
+    }
+    if (status == 416) {
+        return c->have_range && !c->bad_range && !c->range.has_range && c->range.has_total &&
+               c->range.total == 0;
+    }
+    curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    return status == 200 && !c->refused && c->got == 0 && length == 0;
+}
+
+static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct iovec *iov,
+                   int iovcnt, struct http_answer *ans, bool *transient)
+{
+    char range[64];
+    long status = 0;
+    CURLcode rc;
+
+    snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, off, off + len - 1);
+    c->iov = iov;
+    c->iovcnt = iovcnt;
+    c->want = len;
+    c->got = 0;
+    c->overflow = c->refused = c->have_range = c->bad_range = false;
+    c->errbuf[0] = '\0';
+    curl_easy_setopt(c->easy, CURLOPT_RANGE, range);
+    rc = curl_easy_perform(c->easy);
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (rc == CURLE_OK && empty_file(c, off, status)) {
+        *transient = false;
+        ans->total = ans->got = 0;
+        return 0;
+    }
+    int r = attempt_failed(c, rc, status, transient);
+    return r < 0 ? r : check_range(c, off, len, ans);
+}
+
+static void backoff(unsigned try)
+{
+    unsigned ms = BACKOFF_FIRST_MS << MIN(try, 10u);
+    struct timespec ts;
+
+    ms = MIN(ms, (unsigned)BACKOFF_MAX_MS);
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+int http_conn_get(struct http_conn *c, uint64_t off, uint64_t len, const struct iovec *iov,
+                  int iovcnt, struct http_answer *ans)
+{
+    for (unsigned try = 0;; try++) {
+        bool transient = false;
+        int r = attempt(c, off, len, iov, iovcnt, ans, &transient);
+        if (r == 0 || !transient) {
+            return r;
+        }
+        if (try >= c->cfg->retries) {
+            CLEANUP_FREE char *msg = strdup(err_msg());
+            return err_setx(-r, "%s (gave up after %u attempts)", msg ? msg : "?", try + 1);
+        }
+        log_debug("http: %s; retrying", err_msg());
+        backoff(try);
+    }
+}
