@@ -83,7 +83,7 @@ int cmd_parse_output(const char *sub, const char *arg, bool *json);
 /* Append a repeated -o: "a=1" then "b=2" gives "a=1,b=2" (qemu-img merges
  * them too).  *list is malloc'd (or NULL).  Returns false on no memory. */
 bool cmd_append_options(char **list, const char *more);
-/* TLS credentials for nbds:// images, shared by every subcommand that
+/* TLS credentials for nbds:// and https:// images, shared by every subcommand that
  * opens images: --tls-creds=DIR, --tls-psk=FILE, --tls-username=NAME. */
 enum { CMD_OPT_TLS_CREDS = 0x4000, CMD_OPT_TLS_PSK, CMD_OPT_TLS_USERNAME };
 #define CMD_TLS_LONGOPTS                                                                           \
@@ -111,7 +111,8 @@ struct blk_image_opts;
 bool cmd_image_option(int c, const char *arg, struct blk_image_opts *o);
 #define CMD_TLS_HELP                                                                               \
     "      --tls-creds=DIR    nbds:// X.509: DIR/ca-cert.pem, client-cert.pem and\n"               \
-    "                         client-key.pem (a server may require them), ca-crl.pem\n"            \
+    "                         client-key.pem (a server may require them), ca-crl.pem;\n"           \
+    "                         https://: DIR/ca-cert.pem instead of the system's CAs\n"             \
     "      --tls-psk=FILE     nbds:// pre-shared keys (psktool format)\n"                          \
     "      --tls-username=ID  PSK identity (default: the file's first)\n"
 
