@@ -22,8 +22,9 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg bench [-f FMT] [-w] [--fua] [-d DEPTH] [-s SIZE] [-c COUNT]\n"
-               "                     [-o OFFSET] [--flush-interval=N] [--pattern=seq|rand]\n"
+    fprintf(f, "Usage: diskimg bench [-f FMT | --image-opts] [-w] [--fua] [-d DEPTH] [-s SIZE]\n"
+               "                     [-c COUNT]"
+               " [-o OFFSET] [--flush-interval=N] [--pattern=seq|rand]\n"
                "                     [-t CACHE] [--aio=ENGINE] [--output=human|json] IMAGE|URI\n"
                "\n"
                "Run COUNT requests of SIZE bytes against IMAGE with DEPTH in flight.\n"
@@ -41,8 +42,8 @@ static void bench_usage(FILE *f)
                "                     write FUA, unsafe drops flushes, even over NBD\n"
                "      --aio=ENGINE   threads (default) or io_uring, for a local image\n"
                "  -U, --force-share  read an image another process writes (not with -w)\n"
-               "      --output=FMT   human (default) or json\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
-               "  -h, --help         this help\n"
+               "      --output=FMT   human (default) or json\n" CMD_IMAGE_OPTS_HELP CMD_TLS_HELP
+                   CMD_UNTRUSTED_HELP "  -h, --help         this help\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP ".\n"
                "See diskimg-bench(1).\n");
@@ -61,12 +62,14 @@ static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct
         {"aio", required_argument, NULL, OPT_AIO},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
     int c, r;
+    bool image_opts = false;
 
     b->depth = 64;
     b->size = 4096;
@@ -136,6 +139,9 @@ static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct
         case 'U':
             o->force_share = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -154,7 +160,10 @@ static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct
     if (o->force_share && b->write) {
         return cmd_usage_error("bench", "-U (--force-share) cannot be used with -w, which writes");
     }
-    o->filename = argv[optind];
+    r = cmd_image_operand("bench", argv[optind], image_opts, CMD_IMAGE_OPTS_CACHE, o);
+    if (r) {
+        return r;
+    }
     o->read_only = !b->write;
     return -1;
 }
@@ -197,12 +206,13 @@ static int bench_execute(const struct blk_bench_opts *b, const struct blk_image_
         cmd_print_open_error(r, !b->write);
         return cmd_status(r, EXIT_ERROR);
     }
+    CLEANUP_FREE char *name = strdup(cmd_image_name(o, img)); /* outlives the image */
     uint64_t size = blk_image_size(img);
     if (b->offset >= size || size - b->offset < b->size) {
         blk_image_close(img);
         fprintf(stderr,
                 "diskimg: %s is too small for %" PRIu64 "-byte requests at offset %" PRIu64 "\n",
-                o->filename, b->size, b->offset);
+                name ? name : "?", b->size, b->offset);
         return EXIT_ERROR;
     }
     if (!json) {
@@ -211,7 +221,7 @@ static int bench_execute(const struct blk_bench_opts *b, const struct blk_image_
     r = blk_bench(img, b, res);
     blk_image_close(img);
     if (r < 0) {
-        bench_print_failure(res->failed, r, o->filename);
+        bench_print_failure(res->failed, r, name ? name : "?");
         return EXIT_ERROR;
     }
     return EXIT_OK;

@@ -6,17 +6,20 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/cleanup.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "target.h"
 
 static void check_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg check [-f FMT] [-r leaks|all] [--output=human|json] [-q] FILE\n"
+    fprintf(f, "Usage: diskimg check [-f FMT | --image-opts] [-r leaks|all] [--output=human|json]\n"
+               "                     [-q] FILE\n"
                "       diskimg check --target=NAME [-f FMT] [--output=human|json] [-q] FILE\n"
                "\n"
                "Check FILE's metadata for consistency (qcow2), and repair it with -r.\n"
@@ -31,7 +34,8 @@ static void check_usage(FILE *f)
                "                       (not with -r; what a writer changes meanwhile may\n"
                "                       show as errors)\n"
                "  -T CACHE             accepted for compatibility (the check reads "
-               "metadata)\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
+               "metadata)\n" CMD_IMAGE_OPTS_HELP CMD_TLS_HELP CMD_UNTRUSTED_HELP
+               "  -h, --help           this help\n"
                "      --target=NAME    lint FILE for target NAME (not with -r)\n"
                "\n"
                "Exit status: 0 no errors, 1 the check did not complete (or bad usage),\n"
@@ -154,6 +158,7 @@ static int check_run(int argc, char **argv)
         {"target", required_argument, NULL, OPT_TARGET},
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
@@ -162,7 +167,7 @@ static int check_run(int argc, char **argv)
     enum blk_repair repair = BLK_REPAIR_NONE;
     struct blk_check_result res, fixed = {0};
     struct blk_image *img = NULL;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, image_opts = false;
     const char *target = NULL;
     int c, r;
 
@@ -201,6 +206,9 @@ static int check_run(int argc, char **argv)
             break;
         case 'T':
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case ':':
             cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
             return check_usage_error();
@@ -220,7 +228,15 @@ static int check_run(int argc, char **argv)
         cmd_usage_error("check", "-U (--force-share) cannot be used with -r, which writes");
         return check_usage_error();
     }
-    o.filename = argv[optind];
+    if (target && image_opts) {
+        cmd_usage_error("check", "--target lints a FILE, not --image-opts");
+        return check_usage_error();
+    }
+    /* qemu-img's JSON names the image as given: the option string too */
+    CLEANUP_FREE char *given = strdup(argv[optind]);
+    if (!given || cmd_image_operand("check", argv[optind], image_opts, 0, &o) != 0) {
+        return check_usage_error();
+    }
     if (target) {
         if (repair != BLK_REPAIR_NONE) {
             cmd_usage_error("check", "--target lints: it takes no -r");
@@ -269,7 +285,7 @@ static int check_run(int argc, char **argv)
     }
     if (!quiet) {
         if (json) {
-            check_print_json(o.filename, blk_image_format(img), &res);
+            check_print_json(given, blk_image_format(img), &res);
         } else {
             check_print_human(&res);
         }

@@ -24,8 +24,8 @@
 
 static void compare_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT] [-s] [-p | --progress=json] [-q]\n"
-               "                       [-T CACHE] IMAGE1 IMAGE2\n"
+    fprintf(f, "Usage: diskimg compare [-f FMT] [-F FMT | --image-opts] [-s]\n"
+               "                       [-p | --progress=json] [-q] [-T CACHE] IMAGE1 IMAGE2\n"
                "\n"
                "Compare the contents of two images (files or NBD URIs).\n"
                "\n"
@@ -38,7 +38,10 @@ static void compare_usage(FILE *f)
                "  -q        quiet: only the exit status\n"
                "  -U, --force-share  compare even while another process writes an image\n"
                "  -T CACHE  cache mode of both images (default: writeback, streaming:\n"
-               "            data read into the page cache leaves it once read)\n" CMD_TLS_HELP
+               "            data read into the page cache leaves it once read)\n"
+               "      --image-opts       IMAGE1 and IMAGE2 are options: driver=FMT,\n"
+               "                         file.filename=PATH[,KEY=VALUE...], or\n"
+               "                         driver=PROTOCOL,KEY=VALUE... (diskimg(1))\n" CMD_TLS_HELP
                    CMD_UNTRUSTED_HELP "  -h        this help\n"
                "\n"
                "Without -s, an image larger than the other is equal if its extra tail reads\n"
@@ -106,13 +109,14 @@ static int compare_run(int argc, char **argv)
     struct blk_compare_result res;
     struct cmd_progress prog;
     int ch, status, r;
-    bool quiet = false, progress = false, progress_json = false;
+    bool quiet = false, progress = false, progress_json = false, image_opts = false;
     enum { OPT_PROGRESS = 256 };
 
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
@@ -146,6 +150,9 @@ static int compare_run(int argc, char **argv)
         case 'q':
             quiet = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
+            break;
         case 'U':
             oa.force_share = ob.force_share = true;
             break;
@@ -169,8 +176,10 @@ static int compare_run(int argc, char **argv)
     if (argc - optind != 2) {
         return cmd_usage_error("compare", "expected IMAGE1 and IMAGE2");
     }
-    oa.filename = argv[optind];
-    ob.filename = argv[optind + 1];
+    if ((r = cmd_image_operand("compare", argv[optind], image_opts, 0, &oa)) != 0 ||
+        (r = cmd_image_operand("compare", argv[optind + 1], image_opts, 0, &ob)) != 0) {
+        return r;
+    }
     if ((r = blk_image_open(&a, &oa)) < 0 || (r = blk_image_open(&b, &ob)) < 0) {
         cmd_print_open_error(r, true);
         blk_image_close(a);

@@ -39,7 +39,8 @@ static volatile sig_atomic_t convert_cancel;
 static void convert_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg convert [-f FMT] [-O FMT] [-o OPTIONS] [-c] [-p] [-q] [-n] [-U]\n"
+            "Usage: diskimg convert [-f FMT | --image-opts] [-O FMT | --target-image-opts]\n"
+            "                       [-o OPTIONS] [-c] [-p] [-q] [-n] [-U]\n"
             "                       [-S SIZE] [-t CACHE] [-T SRC_CACHE] [-W] [-m N] [-C]\n"
             "                       [-r RATE] [--salvage] [-B BACKING [-F FMT]]\n"
             "                       [-l SNAPSHOT] [--target-is-zero]\n"
@@ -97,7 +98,11 @@ static void convert_usage(FILE *f)
             "                         stdout)\n"
             "  -q                quiet\n"
             "      --debug=FLAG[=N]   developer flags, as serve's: block.trace logs every\n"
-            "                         driver call (and -C's bytes offloaded)\n" CMD_TLS_HELP
+            "                         driver call (and -C's bytes offloaded)\n"
+            "      --image-opts       SRC is options: driver=FMT,file.filename=PATH\n"
+            "                         [,KEY=VALUE...], or driver=PROTOCOL,KEY=VALUE...\n"
+            "                         (diskimg(1)); not with -f\n"
+            "      --target-image-opts  DST is options too (with -n, not with -O)\n" CMD_TLS_HELP
                 CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage (or a malformed "
@@ -123,11 +128,13 @@ struct convert_opts {
     struct cmd_progress progress;
     bool progress_on, progress_json;
     uint8_t checksum[BLK_CHECKSUM_LEN];
-    bool reproducible;  /* --reproducible */
-    const char *target; /* --target */
-    bool format_given;  /* -O */
-    bool sparse_given;  /* -S */
-    uint64_t offloaded; /* -C: bytes the kernel copied */
+    bool reproducible;   /* --reproducible */
+    const char *target;  /* --target */
+    bool format_given;   /* -O */
+    bool image_opts;     /* --image-opts: SRC is options */
+    bool tgt_image_opts; /* --target-image-opts: DST is options */
+    bool sparse_given;   /* -S */
+    uint64_t offloaded;  /* -C: bytes the kernel copied */
 
     /* --bitmaps, --skip-broken-bitmaps (convert-bitmaps.c) */
     bool bitmaps, skip_broken_bitmaps;
@@ -171,6 +178,27 @@ static int convert_target(struct convert_opts *o, bool nbd_target)
     return r;
 }
 
+/* SRC and DST: names, or with --image-opts / --target-image-opts their
+ * options (qemu-img's rules: an existing target only, not with -O). */
+static int convert_operands(struct convert_opts *o, char *src, char *dst)
+{
+    int r = cmd_image_operand("convert", src, o->image_opts, 0, &o->src);
+
+    if (r || !o->tgt_image_opts) {
+        o->dst.filename = o->create.filename = dst;
+        return r;
+    }
+    if (o->create_target) {
+        return cmd_usage_error("convert", "--target-image-opts requires use of -n flag");
+    }
+    if (o->format_given || o->target) {
+        return cmd_usage_error("convert", "--target-image-opts and %s are mutually exclusive",
+                               o->target ? "--target" : "-O");
+    }
+    o->dst.format = NULL;
+    return cmd_image_operand("convert", dst, true, 0, &o->dst);
+}
+
 static int convert_parse(struct convert_opts *o, int argc, char **argv)
 {
     enum {
@@ -181,7 +209,7 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         OPT_SALVAGE,
         OPT_DEBUG
     };
-    enum { OPT_BITMAPS = 0x300, OPT_SKIP_BROKEN };
+    enum { OPT_BITMAPS = 0x300, OPT_SKIP_BROKEN, OPT_TARGET_IMAGE_OPTS };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"target-is-zero", no_argument, NULL, OPT_TARGET_IS_ZERO},
@@ -191,6 +219,8 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"bitmaps", no_argument, NULL, OPT_BITMAPS},
         {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
+        {"target-image-opts", no_argument, NULL, OPT_TARGET_IMAGE_OPTS},
         {"salvage", no_argument, NULL, OPT_SALVAGE},
         {"debug", required_argument, NULL, OPT_DEBUG},
         CMD_TLS_LONGOPTS,
@@ -232,6 +262,12 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             break;
         case 'n':
             o->create_target = false;
+            break;
+        case CMD_OPT_IMAGE_OPTS:
+            o->image_opts = true;
+            break;
+        case OPT_TARGET_IMAGE_OPTS:
+            o->tgt_image_opts = true;
             break;
         case 'S':
             if (parse_size(optarg, &v) < 0 || v % 512 || v > (16u << 20)) {
@@ -356,9 +392,10 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
     if (argc - optind != 2) {
         return cmd_usage_error("convert", "expected SRC and DST");
     }
-    o->src.filename = argv[optind];
-    o->dst.filename = o->create.filename = argv[optind + 1];
-    bool nbd_target = nbd_uri_is(o->dst.filename);
+    if ((r = convert_operands(o, argv[optind], argv[optind + 1])) != 0) {
+        return r;
+    }
+    bool nbd_target = o->dst.filename && nbd_uri_is(o->dst.filename);
     if (nbd_target) {
         o->create_target = false; /* -n is implied: an export exists already */
         o->dst.format = o->dst.format ? o->dst.format : "raw";
@@ -424,7 +461,8 @@ static int same_file_check(const char *src, const char *dst)
 {
     struct stat a, b;
 
-    if (stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    if (src && dst && stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
         return err_setx(EINVAL, "%s and %s are the same file", src, dst);
     }
     return 0;
@@ -591,8 +629,8 @@ out:
     free(summary);
     if (status == EXIT_OK && o.copy.checksum) {
         /* (an archive written to stdout keeps it to itself) */
-        cmd_print_checksum(strcmp(o.dst.filename, "-") == 0 ? stderr : stdout, o.checksum,
-                           o.dst.filename);
+        const char *name = cmd_image_name(&o.dst, NULL);
+        cmd_print_checksum(strcmp(name, "-") == 0 ? stderr : stdout, o.checksum, name);
     }
     return status;
 }

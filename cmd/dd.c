@@ -24,8 +24,8 @@
 static void dd_usage(FILE *f)
 {
     fprintf(f,
-            "Usage: diskimg dd [-f FMT] [-O OUTPUT_FMT] [-U] [bs=BLOCK_SIZE] [count=BLOCKS]\n"
-            "                  [skip=BLOCKS] if=INPUT of=OUTPUT\n"
+            "Usage: diskimg dd [-f FMT | --image-opts] [-O OUTPUT_FMT] [-U] [bs=BLOCK_SIZE]\n"
+            "                  [count=BLOCKS] [skip=BLOCKS] if=INPUT of=OUTPUT\n"
             "\n"
             "Create OUTPUT (format OUTPUT_FMT, default raw; an existing file is\n"
             "overwritten) and copy INPUT's content into it, as qemu-img dd does.\n"
@@ -41,6 +41,9 @@ static void dd_usage(FILE *f)
             "  -f, --format=FMT   INPUT's format, diskimg-formats(7) (default: probe)\n"
             "  -O OUTPUT_FMT      OUTPUT's format (default raw), with its default options\n"
             "  -U, --force-share  read INPUT even while another process writes it\n"
+            "      --image-opts   INPUT is options: driver=FMT,file.filename=PATH\n"
+            "                     [,KEY=VALUE...], or driver=PROTOCOL,KEY=VALUE...\n"
+            "                     (diskimg(1)); if= takes the rest of its argument\n"
             "  -h, --help         this help\n"
             "\n"
             "OUTPUT's virtual size is min(count * bs, INPUT's size) - skip * bs.\n"
@@ -56,6 +59,8 @@ struct dd_args {
     const char *out_format;
     uint64_t bs, count, skip;
     bool count_given, skip_given;
+    bool image_opts;
+    char *in_spec; /* if=, a file name or with --image-opts its options */
 };
 
 /* A number with qemu-img's suffixes, in [min, max]: 0 or EXIT_USAGE. */
@@ -95,7 +100,7 @@ static int dd_operand(const char *arg, struct dd_args *a)
         a->skip_given = true;
         return dd_number("skip", v, 0, INT64_MAX, &a->skip);
     } else if (KEY_IS("if")) {
-        a->in.filename = v;
+        a->in_spec = (char *)v; /* inside argv, which is ours to split */
     } else if (KEY_IS("of")) {
         a->out_name = v;
     } else {
@@ -113,6 +118,7 @@ static int dd_parse(int argc, char **argv, struct dd_args *a)
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         {NULL, 0, NULL, 0},
     };
     int c, r;
@@ -132,6 +138,9 @@ static int dd_parse(int argc, char **argv, struct dd_args *a)
         case 'U':
             a->in.force_share = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            a->image_opts = true;
+            break;
         case ':':
             return cmd_usage_error("dd", "option '%s' needs a value", argv[optind - 1]);
         default:
@@ -143,10 +152,10 @@ static int dd_parse(int argc, char **argv, struct dd_args *a)
             return r;
         }
     }
-    if (!a->in.filename || !a->out_name) {
+    if (!a->in_spec || !a->out_name) {
         return cmd_usage_error("dd", "both if=INPUT and of=OUTPUT must be given");
     }
-    return 0;
+    return cmd_image_operand("dd", a->in_spec, a->image_opts, 0, &a->in);
 }
 
 /* The input window [*off, *off + *len), with qemu-img's arithmetic;
@@ -189,7 +198,8 @@ static int same_file_check(const char *in, const char *out)
 {
     struct stat a, b;
 
-    if (stat(in, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    if (in && stat(in, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
         return err_setx(EINVAL, "%s and %s are the same file", in, out);
     }
     return 0;
@@ -222,7 +232,7 @@ static int dd_copy(struct dd_args *a, struct blk_image *src, bool *created)
         fprintf(stderr,
                 "diskimg: %s: cannot skip to the offset asked for (%" PRIu64 " * %" PRIu64
                 " bytes): the output is empty\n",
-                a->in.filename, a->skip, a->bs);
+                cmd_image_name(&a->in, src), a->skip, a->bs);
     }
     r = blk_image_open(&dst, &oo);
     if (r == 0 && blk_image_reads_as_zero(dst, &zero) < 0) {

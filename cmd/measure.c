@@ -15,37 +15,39 @@
 
 static void measure_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg measure [--output=human|json] [-O OUTPUT_FMT] [-o OPTIONS]\n"
-               "                       (--size N | [-f FMT] [-l SNAPSHOT] [-U] IMAGE)\n"
-               "\n"
-               "Print the file size an image of OUTPUT_FMT needs: for an empty disk of N\n"
-               "bytes, or to hold IMAGE's content (its data clusters; ranges that read as\n"
-               "zeroes need none).  The same numbers as qemu-img measure where it has them.\n"
-               "\n"
-               "  -O OUTPUT_FMT          the output format (default raw): raw, qcow2 (with\n"
-               "                         qemu-img's numbers), vpc, vhdx, vdi, vmdk (qemu-img\n"
-               "                         cannot: the size of the file diskimg convert writes;\n"
-               "                         a bound for vmdk streamOptimized, deflated grains)\n"
-               "  -o OPTIONS             the output format's creation options, as for create\n"
-               "                         (qcow2: cluster_size, refcount_bits, extended_l2,\n"
-               "                         compat, preallocation, backing_file change the\n"
-               "                         numbers; the others: subformat, block_size...)\n"
-               "      --size=N           measure an empty disk of N bytes (suffixes k, M, G...)\n"
-               "  -f, --format=FMT       IMAGE's format, diskimg-formats(7) (default: probe)\n"
-               "  -l SNAPSHOT            measure an internal snapshot of IMAGE\n"
-               "  -U, --force-share      read IMAGE even while another process writes it\n"
-               "      --output=FMT       human (default): 'required size: N', 'fully allocated\n"
-               "                         size: N' and, for a qcow2 v3 IMAGE into qcow2 v3,\n"
-               "                         'bitmaps size: N'; json: qemu-img's fields\n" CMD_TLS_HELP
-                   CMD_UNTRUSTED_HELP "  -h, --help             this help\n"
-               "\n"
-               "required: the file holding IMAGE's data (or an empty disk) with the metadata\n"
-               "a fully allocated image has; fully allocated: every cluster allocated;\n"
-               "bitmaps: IMAGE's persistent bitmaps, on top of required.\n"
-               "\n"
-               "Exit status: 0 success, 1 failure (also an unknown output format),\n"
-               "2 bad usage, " CMD_IN_USE_HELP ".\n"
-               "See diskimg-measure(1).\n");
+    fprintf(
+        f,
+        "Usage: diskimg measure [--output=human|json] [-O OUTPUT_FMT] [-o OPTIONS]\n"
+        "                       (--size N | [-f FMT | --image-opts] [-l SNAPSHOT] [-U] IMAGE)\n"
+        "\n"
+        "Print the file size an image of OUTPUT_FMT needs: for an empty disk of N\n"
+        "bytes, or to hold IMAGE's content (its data clusters; ranges that read as\n"
+        "zeroes need none).  The same numbers as qemu-img measure where it has them.\n"
+        "\n"
+        "  -O OUTPUT_FMT          the output format (default raw): raw, qcow2 (with\n"
+        "                         qemu-img's numbers), vpc, vhdx, vdi, vmdk (qemu-img\n"
+        "                         cannot: the size of the file diskimg convert writes;\n"
+        "                         a bound for vmdk streamOptimized, deflated grains)\n"
+        "  -o OPTIONS             the output format's creation options, as for create\n"
+        "                         (qcow2: cluster_size, refcount_bits, extended_l2,\n"
+        "                         compat, preallocation, backing_file change the\n"
+        "                         numbers; the others: subformat, block_size...)\n"
+        "      --size=N           measure an empty disk of N bytes (suffixes k, M, G...)\n"
+        "  -f, --format=FMT       IMAGE's format, diskimg-formats(7) (default: probe)\n"
+        "  -l SNAPSHOT            measure an internal snapshot of IMAGE\n"
+        "  -U, --force-share      read IMAGE even while another process writes it\n"
+        "      --output=FMT       human (default): 'required size: N', 'fully allocated\n"
+        "                         size: N' and, for a qcow2 v3 IMAGE into qcow2 v3,\n"
+        "                         'bitmaps size: N'; json: qemu-img's fields\n" CMD_IMAGE_OPTS_HELP
+            CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help             this help\n"
+        "\n"
+        "required: the file holding IMAGE's data (or an empty disk) with the metadata\n"
+        "a fully allocated image has; fully allocated: every cluster allocated;\n"
+        "bitmaps: IMAGE's persistent bitmaps, on top of required.\n"
+        "\n"
+        "Exit status: 0 success, 1 failure (also an unknown output format),\n"
+        "2 bad usage, " CMD_IN_USE_HELP ".\n"
+        "See diskimg-measure(1).\n");
 }
 
 struct measure_args {
@@ -54,6 +56,8 @@ struct measure_args {
     char *options; /* merged -o */
     bool json;
     bool size_given;
+    bool image_opts;
+    bool have_image;
     const char *snapshot;
 };
 
@@ -66,6 +70,7 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"size", required_argument, NULL, OPT_SIZE},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
@@ -99,6 +104,9 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
         case 'U':
             a->img.force_share = true;
             break;
+        case CMD_OPT_IMAGE_OPTS:
+            a->image_opts = true;
+            break;
         case OPT_OUTPUT:
             if ((r = cmd_parse_output("measure", optarg, &a->json)) != 0) {
                 return r;
@@ -122,15 +130,20 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
     if (argc - optind > 1) {
         return cmd_usage_error("measure", "at most one IMAGE is allowed");
     }
-    a->img.filename = optind < argc ? argv[optind] : NULL;
-    if (!a->img.filename && (a->img.format || a->snapshot)) {
-        return cmd_usage_error("measure", "-f and -l need an IMAGE");
+    a->have_image = optind < argc;
+    if (!a->have_image && (a->img.format || a->snapshot || a->image_opts)) {
+        return cmd_usage_error("measure", "%s an IMAGE",
+                               a->image_opts ? "--image-opts needs" : "-f and -l need");
     }
-    if (a->img.filename && a->size_given) {
+    if (a->have_image && a->size_given) {
         return cmd_usage_error("measure", "--size N cannot be used together with an IMAGE");
     }
-    if (!a->img.filename && !a->size_given) {
+    if (!a->have_image && !a->size_given) {
         return cmd_usage_error("measure", "either --size N or one IMAGE must be given");
+    }
+    if (a->have_image &&
+        (r = cmd_image_operand("measure", argv[optind], a->image_opts, 0, &a->img)) != 0) {
+        return r;
     }
     a->out.options = a->options;
     return 0;
@@ -169,7 +182,7 @@ static int measure_run(int argc, char **argv)
         free(a.options);
         return r < 0 ? EXIT_OK : r;
     }
-    if (a.img.filename && (r = blk_image_open(&src, &a.img)) < 0) {
+    if (a.have_image && (r = blk_image_open(&src, &a.img)) < 0) {
         cmd_print_open_error(r, true);
         free(a.options);
         return cmd_status(r, EXIT_ERROR);

@@ -2,26 +2,29 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/cleanup.h"
 #include "common/util.h"
 
 static void resize_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg resize [--shrink] [-f FMT] [-q] FILE [+|-]SIZE\n"
-               "\n"
-               "Change the virtual size of FILE to SIZE, or by +SIZE / -SIZE.\n"
-               "\n"
-               "  -f, --format=FMT  image format, diskimg-formats(7) (default: probe)\n"
-               "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
-               "                    stored past the new end\n"
-               "  -q, --quiet       do not print 'Image resized.'\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP
-               "  -h, --help        this help\n"
-               "\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP "\n"
-               "(resizing needs the image to itself).  See diskimg-resize(1).\n");
+    fprintf(f,
+            "Usage: diskimg resize [--shrink] [-f FMT | --image-opts] [-q] FILE [+|-]SIZE\n"
+            "\n"
+            "Change the virtual size of FILE to SIZE, or by +SIZE / -SIZE.\n"
+            "\n"
+            "  -f, --format=FMT  image format, diskimg-formats(7) (default: probe)\n"
+            "      --shrink      allow making the image smaller; qcow2 refuses if data is\n"
+            "                    stored past the new end\n"
+            "  -q, --quiet       do not print 'Image resized.'\n" CMD_IMAGE_OPTS_HELP CMD_TLS_HELP
+                CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP "\n"
+            "(resizing needs the image to itself).  See diskimg-resize(1).\n");
 }
 
 static int resize_run(int argc, char **argv)
@@ -33,13 +36,14 @@ static int resize_run(int argc, char **argv)
         {"shrink", no_argument, NULL, OPT_SHRINK},
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         CMD_TLS_LONGOPTS,
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.discard = BLK_DISCARD_UNMAP};
     struct blk_image *img = NULL;
-    bool shrink = false, quiet = false;
+    bool shrink = false, quiet = false, image_opts = false;
     uint64_t size, cur;
     int c, r, sign = 0;
 
@@ -63,6 +67,9 @@ static int resize_run(int argc, char **argv)
             break;
         case OPT_SHRINK:
             shrink = true;
+            break;
+        case CMD_OPT_IMAGE_OPTS:
+            image_opts = true;
             break;
         case 'U':
             return cmd_usage_error("resize", "-U (--force-share) is for commands that only "
@@ -90,13 +97,17 @@ static int resize_run(int argc, char **argv)
     if (cmd_parse_image_size("resize", arg, &size) != 0) {
         return EXIT_USAGE;
     }
-    o.filename = argv[optind];
+    r = cmd_image_operand("resize", argv[optind], image_opts, 0, &o);
+    if (r) {
+        return r;
+    }
     o.resize = true;
     r = blk_image_open(&img, &o);
     if (r < 0) {
         cmd_print_error(r);
         return cmd_status(r, EXIT_ERROR);
     }
+    CLEANUP_FREE char *name = strdup(cmd_image_name(&o, img)); /* outlives the image */
     cur = blk_image_size(img);
     if (sign < 0 && size > cur) {
         blk_image_close(img);
@@ -108,7 +119,7 @@ static int resize_run(int argc, char **argv)
         fprintf(stderr,
                 "diskimg: %s: growing by %s would make the image larger than 8 EiB - 1 "
                 "byte\n",
-                o.filename, size_arg + 1);
+                name ? name : "?", size_arg + 1);
         return EXIT_ERROR;
     }
     size = sign > 0 ? cur + size : sign < 0 ? cur - size : size;
@@ -117,7 +128,7 @@ static int resize_run(int argc, char **argv)
         fprintf(stderr,
                 "diskimg: use the --shrink option to make %s smaller (%" PRIu64 " -> %" PRIu64
                 " bytes)\n",
-                o.filename, cur, size);
+                name ? name : "?", cur, size);
         return EXIT_ERROR;
     }
     r = blk_image_truncate(img, size);

@@ -28,6 +28,14 @@ same_json() {
         <("$DISKIMG" "$sub" --output=json "$@" --image-opts "$spec")
 }
 
+# refuse_f SUBCOMMAND ARGS...: -f beside --image-opts is bad usage.
+refuse_f() {
+    local sub=$1
+    shift
+    run -2 "$DISKIMG" "$sub" -f raw "$@"
+    assert_line --index 0 "diskimg $sub: --image-opts and -f are mutually exclusive"
+}
+
 @test "info and map: formats, protocols and file.KEY read as qemu-img reads them" {
     local spec
     for spec in "driver=file,filename=$RAW" \
@@ -42,6 +50,41 @@ same_json() {
     assert_line "file format: file"
 }
 
+@test "check, compare, measure, bench, dd, convert, resize: as qemu-img with the same options" {
+    local q="driver=qcow2,file.driver=file,file.filename=$QCOW" r="driver=file,filename=$RAW"
+    same_json check "$q"
+    same_json measure "$r" -O qcow2
+    same_json measure "$q" -O raw
+    run -0 "$DISKIMG" compare --image-opts "$q" "$r"
+    assert_output "Images are identical."
+    cp "$QCOW" "$TEST_DIR/b.qcow2"
+    qemu-io -c 'write -P 7 0 512' "$TEST_DIR/b.qcow2" >/dev/null
+    run -1 "$DISKIMG" compare --image-opts "driver=qcow2,file.filename=$TEST_DIR/b.qcow2" "$r"
+    assert_output "Content mismatch at offset 0!"
+    run -0 "$DISKIMG" bench -c 16 -s 4k --output=json --image-opts "cache=none,$q"
+    # dd and convert read through the options; qemu-img compare judges the bytes
+    "$DISKIMG" dd --image-opts bs=64k count=2 "if=$q" "of=$TEST_DIR/dd.raw"
+    qemu-img dd -f raw bs=64k count=2 "if=$RAW" "of=$TEST_DIR/dd-q.raw"
+    cmp "$TEST_DIR/dd.raw" "$TEST_DIR/dd-q.raw"
+    "$DISKIMG" convert --image-opts -O qcow2 "$q" "$TEST_DIR/c.qcow2"
+    qemu-img compare "$RAW" "$TEST_DIR/c.qcow2"
+    # an existing target named by options: -n, never -O (qemu-img's rules)
+    qemu-img create -q -f qcow2 "$TEST_DIR/t.qcow2" 1M
+    "$DISKIMG" convert -n --image-opts --target-image-opts "$r" \
+        "driver=qcow2,file.driver=file,file.filename=$TEST_DIR/t.qcow2"
+    qemu-img compare "$RAW" "$TEST_DIR/t.qcow2"
+    run -2 "$DISKIMG" convert --target-image-opts "$RAW" "driver=file,filename=$TEST_DIR/x"
+    assert_line --index 0 "diskimg convert: --target-image-opts requires use of -n flag"
+    run -2 "$DISKIMG" convert -n -O raw --target-image-opts "$RAW" "driver=file,filename=$RAW"
+    assert_line --index 0 "diskimg convert: --target-image-opts and -O are mutually exclusive"
+    # resize writes through the options as qemu-img does
+    "$DISKIMG" resize -q --image-opts "driver=qcow2,file.filename=$TEST_DIR/c.qcow2" 3M
+    qemu-img resize -q --image-opts "driver=qcow2,file.filename=$TEST_DIR/t.qcow2" 3M
+    diff <(qemu-img info --output=json "$TEST_DIR/c.qcow2" | grep virtual-size) \
+        <(qemu-img info --output=json "$TEST_DIR/t.qcow2" | grep virtual-size)
+    qemu-img check -q "$TEST_DIR/c.qcow2"
+}
+
 @test "driver=nbd with qemu's server.* keys, alone and under a format" {
     start_server -t -r -x exp -f qcow2 "$QCOW"
     local spec
@@ -50,6 +93,17 @@ same_json() {
         same_json info "$spec"
         same_json map "$spec"
     done
+    stop_server
+    # written through the keys: convert -n into an export, served itself
+    # from options (file.driver=file under qcow2)
+    qemu-img create -q -f qcow2 "$TEST_DIR/w.qcow2" 1M
+    start_server -t --image-opts "driver=qcow2,file.driver=file,file.filename=$TEST_DIR/w.qcow2"
+    "$DISKIMG" convert -n --target-image-opts "$RAW" \
+        "driver=nbd,server.type=unix,server.path=$SOCK"
+    run -0 "$DISKIMG" compare --image-opts "driver=file,filename=$RAW" \
+        "driver=nbd,server.type=unix,server.path=$SOCK"
+    stop_server
+    qemu-img compare "$RAW" "$TEST_DIR/w.qcow2"
 }
 
 @test "errors: unknown driver or key, missing filename, -f beside it: one line, exit 2" {
@@ -62,8 +116,23 @@ same_json() {
         # qemu-img refuses every one of them too
         run -1 qemu-img info --image-opts "$spec"
     done
-    run -2 "$DISKIMG" info -f raw --image-opts "driver=file,filename=$RAW"
-    assert_line --index 0 "diskimg info: --image-opts and -f are mutually exclusive"
+    local spec="driver=file,filename=$RAW" sub
+    for sub in info map bench measure commit; do
+        refuse_f "$sub" --image-opts "$spec"
+    done
+    refuse_f snapshot -l --image-opts "$spec"
+    refuse_f amend -o size=2M --image-opts "$spec"
+    refuse_f compare --image-opts "$spec" "$spec"
+    refuse_f resize --image-opts "$spec" 2M
+    refuse_f rebase -u -b '' --image-opts "$spec"
+    # check's usage errors are 1 (2 means corruptions), as qemu-img's
+    run -1 "$DISKIMG" check -f raw --image-opts "driver=file,filename=$RAW"
+    assert_line --index 0 "diskimg check: --image-opts and -f are mutually exclusive"
+    run -2 "$DISKIMG" convert -f raw --image-opts "driver=file,filename=$RAW" "$TEST_DIR/o"
+    assert_line --index 0 "diskimg convert: --image-opts and -f are mutually exclusive"
+    run -2 "$DISKIMG" dd -f raw --image-opts "if=driver=file,filename=$RAW" "of=$TEST_DIR/o"
+    assert_line --index 0 "diskimg dd: --image-opts and -f are mutually exclusive"
+    [[ ! -e $TEST_DIR/o ]]
     # the nbd driver checks its own keys when it opens: a failure, not usage
     run -1 "$DISKIMG" info --image-opts "driver=nbd,server.type=unix"
     assert_output "diskimg: nbd: option 'server.path': is required with server.type=unix"
