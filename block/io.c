@@ -448,6 +448,13 @@ int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     if (!n->drv->block_status) {
         *ext = (struct blk_extent){
             .length = len, .flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED, .depth = 1};
+        if (!n->drv->is_format) {
+            /* a protocol's bytes are where they are, as qemu reports
+             * them (an http image's map shows offsets) */
+            ext->flags |= BLK_EXT_OFFSET;
+            ext->offset = off;
+            ext->filename = n->filename;
+        }
         return 0;
     }
     r = n->drv->block_status(n, off, len, ext);
