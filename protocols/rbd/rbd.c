@@ -12,7 +12,15 @@
  * OSDs, so FUA is native (a no-op); with the cache on, writes are
  * acknowledged from memory and FUA is left to the generic layer, which
  * follows the write with a flush (rbd_flush writes the cache back and
- * waits for every write in flight). */
+ * waits for every write in flight).
+ *
+ * Requests.  The generic layer calls from many threads at once; librbd's
+ * calls are thread-safe, and each thread waits for its own request.  A
+ * single buffer goes through the synchronous rbd_read/rbd_write, several
+ * through the vectored aio calls: converting 256 MiB to and from a local
+ * cluster with 8 workers, the synchronous calls took 0.72x (writes) and
+ * 0.89x (reads) the time of the aio ones (medians of 7 interleaved
+ * rounds on a busy 2-core machine). */
 #include "rbd.h"
 
 #include <errno.h>
@@ -233,17 +241,36 @@ static int io_error(struct rbd_drv *d, ssize_t r, const char *what, uint64_t off
     return rbd_error(d, (int)r, buf);
 }
 
+/* One request of either kind (see "Requests" above): bytes or -errno. */
+static ssize_t rw_request(struct rbd_drv *d, bool write, uint64_t off, const struct iovec *iov,
+                          int iovcnt)
+{
+    rbd_completion_t c;
+    ssize_t r;
+
+    if (iovcnt == 1) {
+        return write ? rbd_write(d->image, off, iov[0].iov_len, iov[0].iov_base)
+                     : rbd_read(d->image, off, iov[0].iov_len, iov[0].iov_base);
+    }
+    r = rbd_aio_create_completion(NULL, NULL, &c);
+    if (r < 0) {
+        return r;
+    }
+    r = write ? rbd_aio_writev(d->image, iov, iovcnt, off, c)
+              : rbd_aio_readv(d->image, iov, iovcnt, off, c);
+    if (r < 0) {
+        rbd_aio_release(c);
+        return r;
+    }
+    return wait_request(c);
+}
+
 static int rbd_drv_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
 {
     struct rbd_drv *d = n->opaque;
     uint64_t len = iov_length(iov, iovcnt);
-    rbd_completion_t c;
-    ssize_t r = rbd_aio_create_completion(NULL, NULL, &c);
+    ssize_t r = rw_request(d, false, off, iov, iovcnt);
 
-    if (r == 0) {
-        r = rbd_aio_readv(d->image, iov, iovcnt, off, c);
-        r = r < 0 ? (rbd_aio_release(c), r) : wait_request(c);
-    }
     if (r >= 0 && (uint64_t)r < len) {
         /* past the end of an image another client shrank */
         size_t done = (size_t)r;
@@ -292,17 +319,12 @@ static int rbd_drv_pwritev(struct blk_node *n, uint64_t off, const struct iovec 
 {
     struct rbd_drv *d = n->opaque;
     uint64_t len = iov_length(iov, iovcnt);
-    rbd_completion_t c;
     ssize_t r;
 
     (void)flags; /* FUA is only offered with the cache off: every write is durable */
     r = before_write(n, off, len);
     if (r == 0) {
-        r = rbd_aio_create_completion(NULL, NULL, &c);
-    }
-    if (r == 0) {
-        r = rbd_aio_writev(d->image, iov, iovcnt, off, c);
-        r = r < 0 ? (rbd_aio_release(c), r) : wait_request(c);
+        r = rw_request(d, true, off, iov, iovcnt);
     }
     atomic_fetch_add(&d->write_gen, 1);
     return r < 0 ? io_error(d, r, "write", off, len) : 0;
