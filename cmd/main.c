@@ -96,6 +96,7 @@ static void usage(FILE *f)
     }
     fprintf(f, "\nImages are locked as qemu locks them; exit status 5 from any subcommand means\n"
                "an image is in use by another process (see diskimg(1), LOCKING).\n"
+               "Ceph RBD images are named rbd:POOL/IMAGE[@SNAP][:KEY=VALUE...] (diskimg-rbd(7)).\n"
                "Run 'diskimg SUBCOMMAND --help' or 'man diskimg-SUBCOMMAND' for details.\n");
 }
 
