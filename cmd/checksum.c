@@ -14,7 +14,9 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "progress.h"
+#include "common/cleanup.h"
 #include "common/json.h"
+#include "common/url-redact.h"
 #include "common/util.h"
 
 static volatile sig_atomic_t checksum_cancel;
@@ -185,10 +187,18 @@ static int checksum_run(int argc, char **argv)
         return checksum_cancel ? 128 + checksum_cancel : EXIT_ERROR;
     }
     cmd_progress_finish(&prog, blk_image_size(img));
+    /* The name as given, but an http URL's signature or password stays
+     * out of the output: a pre-signed URL's query is a secret. */
+    CLEANUP_FREE char *shown =
+        http_url_is(a.img.filename) ? url_redact(a.img.filename) : strdup(a.img.filename);
+    if (!shown) {
+        blk_image_close(img);
+        return EXIT_ERROR;
+    }
     if (a.json) {
-        print_json(sum, a.img.filename, blk_image_size(img));
+        print_json(sum, shown, blk_image_size(img));
     } else {
-        cmd_print_checksum(stdout, sum, a.img.filename);
+        cmd_print_checksum(stdout, sum, shown);
     }
     blk_image_close(img);
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_ERROR;
