@@ -411,6 +411,20 @@ static int64_t http_get_length(struct blk_node *n)
     return (int64_t)d->size;
 }
 
+/* A web server says nothing about holes: everything is data, at its own
+ * offset, so "map" shows what qemu-img's curl driver shows under raw
+ * (an "offset" for every extent). */
+static int http_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_extent *ext)
+{
+    memset(ext, 0, sizeof *ext);
+    ext->length = len;
+    ext->flags = BLK_EXT_DATA | BLK_EXT_ALLOCATED | BLK_EXT_OFFSET;
+    ext->offset = off;
+    ext->depth = 1;
+    ext->filename = n->filename;
+    return 0;
+}
+
 static bool http_claims(const char *filename)
 {
     return http_url_is(filename);
@@ -426,6 +440,7 @@ static const struct blk_driver http_driver = {
     .close = http_close,
     .preadv = http_preadv,
     .get_length = http_get_length,
+    .block_status = http_block_status,
 };
 BLK_REGISTER_DRIVER(http_driver)
 
@@ -439,5 +454,6 @@ static const struct blk_driver https_driver = {
     .close = http_close,
     .preadv = http_preadv,
     .get_length = http_get_length,
+    .block_status = http_block_status,
 };
 BLK_REGISTER_DRIVER(https_driver)
