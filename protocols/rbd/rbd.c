@@ -187,6 +187,18 @@ static void rbd_drv_close(struct blk_node *n)
     free(d->label);
 }
 
+/* A key given in the name (key=, or qemu's legacy password spellings)
+ * must not reach messages that print the node's name. */
+static bool has_secret(const struct rbd_name *nm)
+{
+    for (unsigned i = 0; i < nm->n_keys; i++) {
+        if (strcmp(nm->keys[i], "key") == 0 || strstr(nm->keys[i], "secret") != NULL) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int rbd_open_node(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct rbd_drv *d = n->opaque;
@@ -201,7 +213,7 @@ static int rbd_open_node(struct blk_node *n, const struct blk_open_opts *opts)
                      "the image itself)",
                      d->label);
     }
-    if (r == 0 && !opts->filename) {
+    if (r == 0 && (!opts->filename || has_secret(&d->name))) {
         char *display = rbd_name_display(&d->name);
         free(n->filename);
         n->filename = display;
