@@ -267,10 +267,12 @@ int blk_image_get_info(struct blk_image *img, struct blk_image_info *info)
     }
     info->actual_size = bottom->drv->allocated_size ? bottom->drv->allocated_size(bottom) : -1;
     /* qemu asks the format, and raw asks its file: an NBD export has no
-     * answer, and qemu-img info then prints no dirty-flag. */
-    info->dirty_unknown = !n->drv->get_info && !bottom->drv->allocated_size;
-    if (n->drv->get_info) {
-        r = n->drv->get_info(n, info);
+     * answer, and qemu-img info then prints no dirty-flag; an rbd image
+     * answers with its object size and snapshots. */
+    struct blk_node *asked = n->drv->get_info ? n : bottom->drv->get_info ? bottom : NULL;
+    info->dirty_unknown = !asked && !bottom->drv->allocated_size;
+    if (asked) {
+        r = asked->drv->get_info(asked, info);
     }
     return r;
 }

@@ -427,6 +427,7 @@ static const struct blk_driver rbd_driver = {
     .block_status = rbd_block_status,
     .get_length = rbd_drv_get_length,
     .truncate = rbd_drv_truncate,
+    .get_info = rbd_get_info,
     .create_node = rbd_create_node,
     .remove_node = rbd_remove_node,
 };

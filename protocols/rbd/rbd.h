@@ -58,6 +58,9 @@ int rbd_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
 void rbd_status_init(struct rbd_status_cache *c);
 void rbd_status_free(struct rbd_status_cache *c);
 
+/* info.c: object size and snapshots, for qemu-img info. */
+int rbd_get_info(struct blk_node *n, struct blk_image_info *info);
+
 /* create.c */
 int rbd_create_node(const char *filename, const struct blk_kvlist *options, uint64_t size);
 int rbd_remove_node(const char *filename, const struct blk_kvlist *options);

@@ -133,6 +133,13 @@ sparse() {
     assert_output --partial "snapshot is read-only"
     run "$DISKIMG" compare "$P@s1" "$TEST_DIR/src.raw"
     assert_success
+    # info lists the RBD snapshots and the object size as qemu-img does;
+    # only the image's name differs (qemu spells it as json:{...}).
+    diff <(qemu-img info --output=json "$P" | grep -v '"filename"') \
+        <("$DISKIMG" info --output=json "$P" | grep -v '"filename"')
+    run "$DISKIMG" info "$P"
+    assert_line "cluster_size: 4194304"
+    assert_line --regexp "^s1 +s1 +16 MiB "
 
     # A writer holds the lock: another writer exits 5 naming the image,
     # readers still read, and once the writer is gone writing works.
