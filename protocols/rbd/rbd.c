@@ -86,6 +86,50 @@ static int lock_busy(struct rbd_drv *d)
                     d->label, who);
 }
 
+/* The tag of the lock librbd takes for a writer (its WATCHER_LOCK_TAG). */
+#define MANAGED_LOCK_TAG "internal"
+
+/* Someone holds a lock that librbd did not take for a writer: "rbd lock
+ * add", or another tool's advisory lock.  librbd never breaks such a
+ * lock, and rbd_lock_acquire retries on it forever, busy, so a writer
+ * is refused before asking.  0 when there is none, or when the lockers
+ * cannot be listed (rbd_lock_acquire then decides). */
+static int foreign_lock(struct rbd_drv *d)
+{
+    size_t len[4] = {64, 256, 256, 256}; /* tag, clients, cookies, addresses */
+    char *buf[4] = {NULL, NULL, NULL, NULL};
+    int exclusive = 0, r = 0;
+    ssize_t n = -ERANGE;
+
+    /* -ERANGE: the buffers were too short; len[] now holds the sizes. */
+    for (int tries = 0; tries < 2 && n == -ERANGE; tries++) {
+        for (int i = 0; i < 4; i++) {
+            free(buf[i]);
+            if (!(buf[i] = malloc(len[i] ? len[i] : 1))) {
+                r = err_set(ENOMEM, "rbd");
+                goto out;
+            }
+        }
+        n = rbd_list_lockers(d->image, &exclusive, buf[0], &len[0], buf[1], &len[1], buf[2],
+                             &len[2], buf[3], &len[3]);
+    }
+    if (n > 0 && strcmp(buf[0], MANAGED_LOCK_TAG) != 0) {
+        char *who = str_escape(buf[1]), *cookie = str_escape(buf[2]);
+        r = err_setx(BLK_E_IN_USE,
+                     "%s: in use: %s holds an advisory %s lock '%s' (rbd lock ls); a writer is "
+                     "refused until it is removed (rbd lock rm)",
+                     d->label, who ? who : "?", exclusive ? "exclusive" : "shared",
+                     cookie ? cookie : "?");
+        free(who);
+        free(cookie);
+    }
+out:
+    for (int i = 0; i < 4; i++) {
+        free(buf[i]);
+    }
+    return r;
+}
+
 static int take_lock(struct rbd_drv *d)
 {
     uint64_t features = 0;
@@ -100,6 +144,9 @@ static int take_lock(struct rbd_drv *d)
                         "%s: the image lacks the exclusive-lock feature, so writers cannot be "
                         "kept apart (rbd feature enable IMAGE exclusive-lock)",
                         d->label);
+    }
+    if ((r = foreign_lock(d)) < 0) {
+        return r;
     }
     r = rbd_lock_acquire(d->image, RBD_LOCK_MODE_EXCLUSIVE);
     if (r == -EROFS || r == -EBUSY) {
