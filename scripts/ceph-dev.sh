@@ -133,6 +133,11 @@ paxos propose interval = 0.1
 # No manager runs: without this the monitor reports MGR_DOWN after 120 s.
 mon mgr mkfs grace = 31536000
 
+[client]
+# A client with requests for a down OSD asks for a new OSD map on its
+# tick: it notices an OSD that came back within 0.5 s, not 5 s.
+objecter tick interval = 0.5
+
 [mon]
 mon data = $DIR/mon.\$id
 mgr initial modules =
@@ -187,12 +192,17 @@ start_mon() {
     ceph-mon -c "$DIR/ceph.conf" -i a </dev/null >>"$DIR/start.log" 2>&1
 }
 
-# start_osd: the OSD daemon (after its mkfs); returns when it is up in the
-# OSD map, which is when clients can reach it.
+# start_osd: the OSD daemon (after its mkfs).  Its parent returns once
+# the OSD has initialised.
 start_osd() {
-    local i
     ceph-osd -c "$DIR/ceph.conf" -i 0 </dev/null >>"$DIR/start.log" 2>&1 ||
         die "the OSD did not start (see $DIR/start.log and $DIR/osd.0.log)"
+}
+
+# wait_osd_up: until the OSD is up in the OSD map, which is when clients
+# send it requests again.
+wait_osd_up() {
+    local i
     for ((i = 0; i < 300; i++)); do
         cli ceph osd dump -f json 2>/dev/null | grep -q '"osd":0,"uuid":"[^"]*","up":1' && return 0
         sleep 0.1
@@ -223,7 +233,8 @@ cmd_start() {
         die "OSD mkfs failed (see $DIR/start.log)"
     start_osd
     cli ceph osd pool create rbd 8 8 >/dev/null 2>&1 || die "cannot create pool rbd"
-    # rbd pool init writes an object: it returns once the PGs are active.
+    # rbd pool init writes an object: it returns once the OSD is up and the
+    # PGs are active.
     cli rbd pool init rbd || die "rbd pool init failed"
     echo "ceph-dev.sh: cluster up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" \
         'BEGIN { printf "%.1f", b - a }') s; use it with:"
@@ -250,6 +261,7 @@ case "$1" in
         [[ -f $DIR/ceph.conf ]] || die "no cluster in $DIR"
         [[ -z $(daemon_pid osd.0) ]] || die "the OSD in $DIR is already running"
         start_osd
+        wait_osd_up
         ;;
     *) usage ;;
 esac
