@@ -47,3 +47,11 @@ ceph_osd_start() { ceph_dev osd-start; }
 # with its own timeout).
 rbd() { timeout -k 5 30 rbd "$@"; }
 ceph() { timeout -k 5 30 ceph "$@"; }
+
+bats_require_minimum_version 1.5.0
+
+# nbdsh is "python3 -m nbd": the python3 first on PATH must be the one
+# with libnbd's module (PYTHON3 in helpers.bash).
+nbdsh() {
+    PATH="$(dirname "$PYTHON3"):$PATH" command nbdsh "$@"
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env bats
+# rbd: faults of a real Ceph cluster under diskimg.  The OSD goes away and
+# comes back while diskimg serve serves an image; a wrong key, user, pool,
+# image or monitor address; an image another client holds the lock of.
+# One cluster for the file (ceph-lib.bash); every image has its own name.
+
+load '../helpers'
+load 'ceph-lib'
+
+setup_file() { ceph_start; }
+teardown_file() { ceph_stop; }
+setup() { setup_test; }
+teardown() {
+    cleanup_test
+    # a test that failed with the OSD down must not take the others along
+    [[ -n $(cat "$CEPH_DIR/osd.0.pid" 2>/dev/null) ]] || ceph_osd_start
+}
+
+# one_line_error STATUS TEXT...: the last command (run --separate-stderr)
+# failed with STATUS and one line on stderr that holds every TEXT.
+one_line_error() {
+    local want=$1 t
+    shift
+    assert_failure "$want"
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]] || {
+        echo "more than one line: $stderr" >&2
+        return 1
+    }
+    for t in "$@"; do
+        [[ $stderr == *"$t"* ]] || {
+            echo "'$t' missing from: $stderr" >&2
+            return 1
+        }
+    done
+}
+
+# pattern_at FILE OFFSET LENGTH BYTE: FILE holds LENGTH bytes BYTE there.
+pattern_at() {
+    cmp <(dd if="$1" bs=64k skip="$2" count="$3" iflag=skip_bytes,count_bytes status=none) \
+        <(head -c "$3" /dev/zero | tr '\0' "\\$(printf '%03o' "$4")")
+}
+
+@test "rbd faults: the OSD stops and restarts under serve; nothing acknowledged is lost" {
+    rbd create --size 16M rbd/osd
+    start_server -t -f raw rbd:rbd/osd
+    nbdsh -u "$URI" -c 'h.pwrite(b"\x41" * (1 << 20), 0); h.flush()'
+
+    ceph_osd_stop
+    # a write while the OSD is down waits for it (or fails with EIO)
+    PATH="$(dirname "$PYTHON3"):$PATH" timeout 60 nbdsh -u "$URI" -c '
+import errno
+try:
+    h.pwrite(b"\x42" * 65536, 2 << 20)
+    h.flush()
+    print("written")
+except nbd.Error as e:
+    assert e.errno == errno.EIO, e
+    print("EIO")
+' >"$TEST_DIR/during.out" 2>&1 &
+    local during=$!
+    sleep 0.5
+    # still waiting, or failed with EIO; the server runs on either way
+    if ! kill -0 "$during" 2>/dev/null; then
+        wait "$during" || {
+            cat "$TEST_DIR/during.out" >&2
+            return 1
+        }
+        [[ $(<"$TEST_DIR/during.out") == EIO ]]
+        during=
+    fi
+    kill -0 "$SERVER_PID"
+
+    ceph_osd_start
+    if [[ -n $during ]]; then
+        wait "$during" || {
+            cat "$TEST_DIR/during.out" >&2
+            return 1
+        }
+    fi
+    kill -0 "$SERVER_PID"
+    # it serves again: reads what was acknowledged, takes new writes
+    nbdsh -u "$URI" -c '
+assert h.pread(1 << 20, 0) == b"\x41" * (1 << 20)
+h.pwrite(b"\x43" * 65536, 4 << 20)
+h.flush()
+'
+    rbd export --no-progress rbd/osd "$TEST_DIR/osd.raw"
+    pattern_at "$TEST_DIR/osd.raw" 0 $((1 << 20)) 0x41
+    pattern_at "$TEST_DIR/osd.raw" $((4 << 20)) 65536 0x43
+    if [[ $(<"$TEST_DIR/during.out") == written ]]; then
+        pattern_at "$TEST_DIR/osd.raw" $((2 << 20)) 65536 0x42
+    fi
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+}
+
+@test "rbd faults: wrong key, user, pool, image or monitors: one line, exit 1, no secret" {
+    rbd create --size 1M rbd/there
+    CEPH_CONF=/dev/null ceph-authtool "$TEST_DIR/bad.keyring" --create-keyring --gen-key \
+        -n client.admin >/dev/null
+    local key
+    for key in $(awk '$1 == "key" { print $3 }' "$TEST_DIR/bad.keyring" "$CEPH_DIR/keyring"); do
+        echo "$key" >>"$TEST_DIR/keys"
+    done
+
+    run --separate-stderr "$DISKIMG" info "rbd:rbd/there:keyring=$TEST_DIR/bad.keyring"
+    one_line_error 1 rbd/there "permission denied"
+    ! grep -qF -f "$TEST_DIR/keys" <<<"$stderr"
+    run --separate-stderr "$DISKIMG" serve -f raw -k "$SOCK" \
+        "rbd:rbd/there:keyring=$TEST_DIR/bad.keyring"
+    one_line_error 1 rbd/there "permission denied"
+    run --separate-stderr "$DISKIMG" info rbd:rbd/there:id=nobody
+    one_line_error 1 rbd/there "permission denied"
+
+    run --separate-stderr "$DISKIMG" info rbd:nopool/there
+    one_line_error 1 nopool "does not exist"
+    run --separate-stderr "$DISKIMG" convert -O raw rbd:rbd/nothere "$TEST_DIR/out.raw"
+    one_line_error 1 rbd/nothere "does not exist"
+    [[ ! -e $TEST_DIR/out.raw ]]
+
+    # monitors nobody answers at: an error within the mount timeout
+    sed "s/^mon host = .*/mon host = [v2:127.0.0.1:9,v1:127.0.0.1:9]/" "$CEPH_CONF" \
+        >"$TEST_DIR/dead.conf"
+    run --separate-stderr timeout 20 "$DISKIMG" info \
+        "rbd:rbd/there:conf=$TEST_DIR/dead.conf:client_mount_timeout=1"
+    one_line_error 1 rbd/there "timed out"
+}
+
+@test "rbd faults: a locked image refuses a second writer (exit 5) and lets readers in" {
+    rbd create --size 8M rbd/locked
+    start_server -t -f raw rbd:rbd/locked
+    # Ceph sees the lock diskimg holds
+    [[ $(rbd lock ls --format json rbd/locked | jq length) -eq 1 ]]
+
+    run --separate-stderr "$DISKIMG" serve -f raw -k "$TEST_DIR/second.sock" rbd:rbd/locked
+    one_line_error 5 rbd/locked "in use"
+    run --separate-stderr "$DISKIMG" resize rbd:rbd/locked 16M
+    one_line_error 5 rbd/locked "in use"
+    [[ $(rbd info --format json rbd/locked | jq .size) -eq 8388608 ]]
+
+    # readers are welcome, the writer still writes
+    "$DISKIMG" info rbd:rbd/locked
+    nbdsh -u "$URI" -c 'h.pwrite(b"\x44" * 4096, 0); h.flush()'
+    local reader=$TEST_DIR/reader.sock
+    "$DISKIMG" serve -r -f raw -k "$reader" rbd:rbd/locked 2>>"$SERVER_LOG" &
+    local rpid=$!
+    wait_until 10 unix_listening "$reader"
+    nbdsh -u "nbd+unix:///?socket=$reader" -c 'assert h.pread(4096, 0) == b"\x44" * 4096'
+    wait "$rpid"
+
+    # once the writer is gone, the next one gets the lock
+    stop_server
+    "$DISKIMG" resize rbd:rbd/locked 16M
+    [[ $(rbd info --format json rbd/locked | jq .size) -eq 16777216 ]]
+
+    # a lock Ceph's own tool took keeps writers out too, not readers
+    rbd lock add rbd/locked by-hand
+    run --separate-stderr timeout 25 "$DISKIMG" resize rbd:rbd/locked 32M
+    one_line_error 5 rbd/locked "in use" by-hand
+    "$DISKIMG" info rbd:rbd/locked
+    [[ $(rbd info --format json rbd/locked | jq .size) -eq 16777216 ]]
+    rbd lock rm rbd/locked by-hand "$(rbd lock ls --format json rbd/locked | jq -r '.[0].locker')"
+    "$DISKIMG" resize rbd:rbd/locked 32M
+    [[ $(rbd info --format json rbd/locked | jq .size) -eq 33554432 ]]
+}
