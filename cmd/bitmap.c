@@ -242,7 +242,7 @@ static int open_images(const struct bitmap_args *a, struct blk_image_opts *o,
         cmd_print_open_error(r, false);
         return cmd_status(r, EXIT_ERROR);
     }
-    if (a->source_file && strcmp(a->source_file, o->filename) != 0) {
+    if (a->source_file && (!o->filename || strcmp(a->source_file, o->filename) != 0)) {
         struct blk_image_opts so = {
             .filename = a->source_file,
             .format = a->source_fmt,

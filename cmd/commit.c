@@ -148,7 +148,7 @@ static unsigned commit_base_depth(struct commit_args *a, int *status)
         depth = 1;
     } else if (!(depth = blk_image_chain_find(img, a->base))) {
         CLEANUP_FREE char *b = str_escape(a->base);
-        CLEANUP_FREE char *f = str_escape(a->img.filename);
+        CLEANUP_FREE char *f = str_escape(cmd_image_name(&a->img, img));
         fprintf(stderr, "diskimg: Did not find '%s' in the backing chain of '%s'\n", b ? b : "?",
                 f ? f : "?");
     }

@@ -149,7 +149,7 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
 /* name as the overlay's guest will find it: relative to its directory. */
 static char *backing_path(const char *overlay, const char *name)
 {
-    const char *slash = strrchr(overlay, '/');
+    const char *slash = overlay ? strrchr(overlay, '/') : NULL; /* NULL: named by keys */
     char *out = NULL;
 
     if (name[0] == '/' || !slash || strstr(name, "://")) {
@@ -168,8 +168,8 @@ static bool names_itself(const char *overlay, const char *name)
     CLEANUP_FREE char *path = backing_path(overlay, name);
     struct stat a, b;
 
-    return path && stat(overlay, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
+    return path && overlay && stat(overlay, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* Safe mode's data step, with the new backing file open. */

@@ -104,6 +104,27 @@ refuse_f() {
         "driver=nbd,server.type=unix,server.path=$SOCK"
     stop_server
     qemu-img compare "$RAW" "$TEST_DIR/w.qcow2"
+    # the subcommands that change an image's metadata, on a qcow2 whose
+    # file is an NBD export named by keys alone (no filename anywhere)
+    # (an export does not grow: nothing here allocates clusters)
+    local m=$TEST_DIR/m.qcow2
+    qemu-img create -q -f qcow2 "$m" 1M
+    qemu-img snapshot -c s1 "$m"
+    start_server -t -f raw "$m"
+    local q="driver=qcow2,file.driver=nbd,file.server.type=unix,file.server.path=$SOCK"
+    run -0 "$DISKIMG" snapshot -l --image-opts "$q"
+    assert_output --partial " s1 "
+    run -1 "$DISKIMG" bitmap --merge b0 -b "$RAW" --image-opts "$q" b1
+    "$DISKIMG" amend -o lazy_refcounts=on --image-opts "$q"
+    "$DISKIMG" rebase -u -b base.raw -F raw --image-opts "$q"
+    run -1 "$DISKIMG" commit --image-opts "$q"
+    assert_output --partial "base.raw"
+    stop_server
+    qemu-img create -q -f raw "$TEST_DIR/base.raw" 1M
+    qemu-img check -q "$m"
+    run -0 qemu-img info --output=json "$m"
+    assert_output --partial '"backing-filename": "base.raw"'
+    assert_output --partial '"lazy-refcounts": true'
 }
 
 @test "errors: unknown driver or key, missing filename, -f beside it: one line, exit 2" {
