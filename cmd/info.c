@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/json.h"
+#include "formats/named-file.h"
 
 /* The top image and its backing files. */
 #define MAX_CHAIN (BLK_MAX_CHAIN_DEPTH + 1)
@@ -461,9 +462,21 @@ static int info_run(int argc, char **argv)
             }
             info_human(shown ? shown : node_name, &in);
         }
+        bool probed = depth ? fmt == NULL : top.format == NULL;
         free(name);
         free(fmt);
-        if (chain && in.backing_file && backing_is_protocol(in.backing_file)) {
+        if (chain && in.backing_file && fmt_names_rbd(in.backing_file) &&
+            fmt_rbd_backing_allowed(in.format ? in.format : "?", in.backing_file, in.backing_format,
+                                    probed) < 0) {
+            /* the rules of opening it (formats/named-file.h) */
+            fprintf(stderr, "diskimg: %s\n", err_msg());
+            blk_image_info_free(&in);
+            name = fmt = NULL;
+            r = -1;
+            break;
+        }
+        if (chain && in.backing_file && backing_is_protocol(in.backing_file) &&
+            !fmt_names_rbd(in.backing_file)) {
             /* The same rule as opening: a header never makes us connect. */
             CLEANUP_FREE char *esc = str_escape(in.backing_file);
             fprintf(stderr,

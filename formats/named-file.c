@@ -116,27 +116,25 @@ bool fmt_chain_error_below(int r, const struct blk_open_opts *opts)
     return r == -ELOOP && opts->depth > 0;
 }
 
-/* What a named rbd: backing file needs besides its plain name (fmt_named_path):
- * a recorded format, so that no byte from the cluster is probed, and an
- * image whose own format was named, so that a guest's raw disk with a
- * qcow2 header written into it cannot reach into the cluster.  diskimg(1)
- * says why, under IMAGES. */
-static int check_rbd_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
-                             const char *format)
+int fmt_rbd_backing_allowed(const char *driver, const char *name, const char *format, bool probed)
 {
-    CLEANUP_FREE char *esc = str_escape(path);
-
+    CLEANUP_FREE char *plain = NULL;
+    int r = fmt_named_path(driver, "backing file", "", name, FMT_NAME_MAY_RBD, &plain);
+    if (r < 0) {
+        return r;
+    }
+    CLEANUP_FREE char *esc = str_escape(name);
     if (!format) {
         return err_setx(EPERM,
                         "%s: backing file '%s' is opened only with its format recorded "
                         "(create or rebase it with -F)",
-                        n->drv->name, esc ? esc : "?");
+                        driver, esc ? esc : "?");
     }
-    if (opts->probed) {
+    if (probed) {
         return err_setx(EPERM,
                         "%s: backing file '%s' is opened only when the image's format is "
                         "named (-f %s), not probed",
-                        n->drv->name, esc ? esc : "?", n->drv->name);
+                        driver, esc ? esc : "?", driver);
     }
     return 0;
 }
@@ -149,7 +147,7 @@ int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const
     bool rbd = fmt_names_rbd(path);
 
     if (rbd) {
-        int r = check_rbd_backing(n, opts, path, format);
+        int r = fmt_rbd_backing_allowed(n->drv->name, path, format, opts->probed);
         if (r < 0) {
             return r;
         }

@@ -37,6 +37,13 @@ bool fmt_names_rbd(const char *name);
 int fmt_named_path(const char *driver, const char *what, const char *image, const char *name,
                    unsigned flags, char **out);
 
+/* May an image name the rbd: backing file 'name' (formats/named-file.c
+ * and diskimg(1), IMAGES, say why)?  0, or -EPERM with a message naming
+ * the reason: options in the name, no recorded backing format (format
+ * NULL), or the naming image's own format probed.  'driver' is that
+ * image's format, for the message. */
+int fmt_rbd_backing_allowed(const char *driver, const char *name, const char *format, bool probed);
+
 /* --untrusted: the message and error for a file that is not opened. */
 int fmt_refuse_named(const char *driver, const char *what, const char *name);
 
