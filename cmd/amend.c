@@ -14,26 +14,25 @@
 
 static void amend_usage(FILE *f)
 {
-    fprintf(f, "Usage: diskimg amend [-f FMT] [-p] [-q] [-t CACHE] [--force] [--image-opts]\n"
-               "                     [--untrusted] -o OPTIONS IMAGE\n"
-               "\n"
-               "Change the format options of IMAGE in place, as qemu-img amend: qcow2's\n"
-               "compat=0.10|1.1, lazy_refcounts=on|off, refcount_bits=1..64 and size;\n"
-               "backing_file and backing_fmt only as they are (use rebase to change them).\n"
-               "'-o help' lists them.  Everything is checked before anything is written.\n"
-               "\n"
-               "  -f, --format=FMT  image format (default: probe); only qcow2 can amend\n"
-               "  -o OPTIONS        KEY=VALUE[,KEY=VALUE...] (may be repeated)\n"
-               "  -p, --progress    show progress: qemu-img's (NN.NN/100%%) line, on stderr\n"
-               "  -q, --quiet       print nothing but errors\n"
-               "  -t CACHE          cache mode (default: writeback)\n"
-               "      --force       accepted for qemu-img compatibility (LUKS keyslots)\n"
-               "      --image-opts  IMAGE is "
-               "driver=FMT,file.filename=PATH[,KEY=VALUE...]\n" CMD_UNTRUSTED_HELP
-               "  -h, --help        this help\n"
-               "\n"
-               "Exit status: 0 success, 1 failure (the image is left as it was), 2 bad "
-               "usage,\n" CMD_IN_USE_HELP ".  See diskimg-amend(1).\n");
+    fprintf(f,
+            "Usage: diskimg amend [-f FMT] [-p] [-q] [-t CACHE] [--force] [--image-opts]\n"
+            "                     [--untrusted] -o OPTIONS IMAGE\n"
+            "\n"
+            "Change the format options of IMAGE in place, as qemu-img amend: qcow2's\n"
+            "compat=0.10|1.1, lazy_refcounts=on|off, refcount_bits=1..64 and size;\n"
+            "backing_file and backing_fmt only as they are (use rebase to change them).\n"
+            "'-o help' lists them.  Everything is checked before anything is written.\n"
+            "\n"
+            "  -f, --format=FMT  image format (default: probe); only qcow2 can amend\n"
+            "  -o OPTIONS        KEY=VALUE[,KEY=VALUE...] (may be repeated)\n"
+            "  -p, --progress    show progress: qemu-img's (NN.NN/100%%) line, on stderr\n"
+            "  -q, --quiet       print nothing but errors\n"
+            "  -t CACHE          cache mode (default: writeback)\n"
+            "      --force       accepted for qemu-img compatibility (LUKS "
+            "keyslots)\n" CMD_IMAGE_OPTS_HELP CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
+            "\n"
+            "Exit status: 0 success, 1 failure (the image is left as it was), 2 bad "
+            "usage,\n" CMD_IN_USE_HELP ".  See diskimg-amend(1).\n");
 }
 
 /* -o help: the format given, or the image's. */

@@ -48,8 +48,7 @@ static void bitmap_usage(FILE *f)
                "                       (default: the cluster size, within 4k..64k)\n"
                "  -b SOURCE_FILE       --merge takes SOURCE from this image (read only)\n"
                "  -F SOURCE_FMT        its format (default: probe)\n"
-               "  -f, --format=FMT     IMAGE's format (qcow2; default: probe)\n"
-               "      --image-opts     IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
+               "  -f, --format=FMT     IMAGE's format (qcow2; default: probe)\n" CMD_IMAGE_OPTS_HELP
                "  -q, --quiet          print nothing but errors (bitmap prints nothing "
                "else)\n" CMD_TLS_HELP CMD_UNTRUSTED_HELP "  -h, --help           this help\n"
                "\n"

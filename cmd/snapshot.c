@@ -37,9 +37,8 @@ static void snapshot_usage(FILE *f)
                "  -f, --format=FMT   image format, diskimg-formats(7) (default: probe)\n"
                "  -U, --force-share  with -l: read the image while another process writes it\n"
                "  -q, --quiet        quiet (nothing is printed on success but the list)\n"
-               "      --output=FMT   -l: human (default) or json\n"
-               "      --image-opts   IMAGE is driver=FMT,file.filename=PATH[,KEY=VALUE...]\n"
-               "" CMD_UNTRUSTED_HELP CMD_TLS_HELP "  -h, --help         this help\n"
+               "      --output=FMT   -l: human (default) or json\n" CMD_IMAGE_OPTS_HELP
+                   CMD_UNTRUSTED_HELP CMD_TLS_HELP "  -h, --help         this help\n"
                "\n"
                "Changes are crash-safe: a kill or power loss at any point leaves the image\n"
                "as it was or with the change made, consistent (qemu-img check is clean).\n"
