@@ -41,13 +41,21 @@ pattern_at() {
 }
 
 @test "rbd faults: the OSD stops and restarts under serve; nothing acknowledged is lost" {
+    # two exports: librbd's cache on (durable once flushed) and off
+    # (durable once acknowledged)
     rbd create --size 16M rbd/osd
-    start_server -t -f raw rbd:rbd/osd
-    nbdsh -u "$URI" -c 'h.pwrite(b"\x41" * (1 << 20), 0); h.flush()'
+    rbd create --size 16M rbd/osd-direct
+    start_server -t --export=name=wb,file=rbd:rbd/osd,format=raw \
+        --export=name=direct,file=rbd:rbd/osd-direct,format=raw,cache=none
+    local wb="nbd+unix:///wb?socket=$SOCK" direct="nbd+unix:///direct?socket=$SOCK"
+    nbdsh -u "$wb" -c 'h.pwrite(b"\x41" * (1 << 20), 0); h.flush()'
+    # (a flush turns librbd's cache, were it on, from write-through to
+    # write-back: the write after the restart would then be lost)
+    nbdsh -u "$direct" -c 'h.pwrite(b"\x44" * (1 << 20), 0); h.flush()'
 
     ceph_osd_stop
     # a write while the OSD is down waits for it (or fails with EIO)
-    PATH="$(dirname "$PYTHON3"):$PATH" timeout 60 nbdsh -u "$URI" -c '
+    PATH="$(dirname "$PYTHON3"):$PATH" timeout 60 nbdsh -u "$wb" -c '
 import errno
 try:
     h.pwrite(b"\x42" * 65536, 2 << 20)
@@ -77,35 +85,44 @@ except nbd.Error as e:
             return 1
         }
     fi
-    kill -0 "$SERVER_PID"
     # it serves again: reads what was acknowledged, takes new writes
-    nbdsh -u "$URI" -c '
+    nbdsh -u "$wb" -c '
 assert h.pread(1 << 20, 0) == b"\x41" * (1 << 20)
 h.pwrite(b"\x43" * 65536, 4 << 20)
 h.flush()
 '
+    # killed right after the reply, before a disconnect could flush:
+    # what Ceph has is what the server acknowledged as durable
+    nbdsh -u "$direct" -c '
+import os, signal
+assert h.pread(1 << 20, 0) == b"\x44" * (1 << 20)
+h.pwrite(b"\x45" * 65536, 4 << 20)
+os.kill('"$SERVER_PID"', signal.SIGKILL)
+'
+    stop_server KILL
     rbd export --no-progress rbd/osd "$TEST_DIR/osd.raw"
     pattern_at "$TEST_DIR/osd.raw" 0 $((1 << 20)) 0x41
     pattern_at "$TEST_DIR/osd.raw" $((4 << 20)) 65536 0x43
     if [[ $(<"$TEST_DIR/during.out") == written ]]; then
         pattern_at "$TEST_DIR/osd.raw" $((2 << 20)) 65536 0x42
     fi
-    stop_server
-    [[ $SERVER_STATUS -eq 0 ]]
+    rbd export --no-progress rbd/osd-direct "$TEST_DIR/direct.raw"
+    pattern_at "$TEST_DIR/direct.raw" 0 $((1 << 20)) 0x44
+    pattern_at "$TEST_DIR/direct.raw" $((4 << 20)) 65536 0x45
 }
 
 @test "rbd faults: wrong key, user, pool, image or monitors: one line, exit 1, no secret" {
     rbd create --size 1M rbd/there
     CEPH_CONF=/dev/null ceph-authtool "$TEST_DIR/bad.keyring" --create-keyring --gen-key \
         -n client.admin >/dev/null
-    local key
-    for key in $(awk '$1 == "key" { print $3 }' "$TEST_DIR/bad.keyring" "$CEPH_DIR/keyring"); do
-        echo "$key" >>"$TEST_DIR/keys"
-    done
+    awk '$1 == "key" { print $3 }' "$TEST_DIR/bad.keyring" "$CEPH_DIR/keyring" >"$TEST_DIR/keys"
+    [[ $(wc -l <"$TEST_DIR/keys") -eq 4 ]]
 
     run --separate-stderr "$DISKIMG" info "rbd:rbd/there:keyring=$TEST_DIR/bad.keyring"
     one_line_error 1 rbd/there "permission denied"
-    ! grep -qF -f "$TEST_DIR/keys" <<<"$stderr"
+    # no key, neither the wrong one nor the cluster's, is printed
+    run grep -F -f "$TEST_DIR/keys" <<<"$stderr"
+    assert_failure 1
     run --separate-stderr "$DISKIMG" serve -f raw -k "$SOCK" \
         "rbd:rbd/there:keyring=$TEST_DIR/bad.keyring"
     one_line_error 1 rbd/there "permission denied"
