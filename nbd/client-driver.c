@@ -70,16 +70,24 @@ static const struct blk_opt_desc nbd_options[] = {
     {.key = "server.port", .type = BLK_OPT_STRING},
     {.key = "server.path", .type = BLK_OPT_STRING},
     {.key = "export", .type = BLK_OPT_STRING},
+    /* qemu's older spellings of the same, which its nbd driver still takes */
+    {.key = "host", .type = BLK_OPT_STRING},
+    {.key = "port", .type = BLK_OPT_STRING},
+    {.key = "path", .type = BLK_OPT_STRING},
     {NULL},
 };
 
-static int dup_key(const struct blk_kvlist *l, const char *key, const char *dflt, char **out)
+/* server.KEY, or KEY as qemu's older spelling. */
+static int dup_key(const struct blk_kvlist *l, const char *type, const char *key, const char *dflt,
+                   char **out)
 {
     const char *v = blk_kv_get(l, key);
 
+    if (!v && strncmp(key, "server.", 7) == 0) {
+        v = blk_kv_get(l, key + 7);
+    }
     if (!v && !dflt) {
-        return blk_opt_error("nbd", key, "is required with server.type=%s",
-                             blk_kv_get(l, "server.type"));
+        return blk_opt_error("nbd", key, "is required with server.type=%s", type);
     }
     *out = strdup(v ? v : dflt);
     return *out ? 0 : err_set(ENOMEM, "nbd: option '%s'", key);
@@ -96,22 +104,26 @@ static int nbd_uri_from_keys(const struct blk_kvlist *l, struct nbd_uri *u)
 
     memset(u, 0, sizeof *u);
     if (!type) {
-        return err_setx(EINVAL, "nbd: needs a filename (an NBD URI) or server.type=inet|unix");
+        type = blk_kv_get(l, "path") ? "unix" : blk_kv_get(l, "host") ? "inet" : NULL;
+    }
+    if (!type) {
+        return err_setx(EINVAL, "nbd: needs a filename (an NBD URI), server.type=inet|unix, "
+                                "path= or host=");
     }
     u->tls = blk_kv_get(l, "tls-creds") || blk_kv_get(l, "tls-psk");
     if (strcmp(type, "unix") == 0) {
         u->unix_socket = true;
-        r = dup_key(l, "server.path", NULL, &u->socket);
+        r = dup_key(l, type, "server.path", NULL, &u->socket);
     } else if (strcmp(type, "inet") == 0) {
-        r = dup_key(l, "server.host", NULL, &u->host);
+        r = dup_key(l, type, "server.host", NULL, &u->host);
         if (r == 0) {
-            r = dup_key(l, "server.port", "10809", &u->port);
+            r = dup_key(l, type, "server.port", "10809", &u->port);
         }
     } else {
         r = blk_opt_error("nbd", "server.type", "'%s' is neither inet nor unix", type);
     }
     if (r == 0) {
-        r = dup_key(l, "export", "", &u->export_name);
+        r = dup_key(l, type, "export", "", &u->export_name);
     }
     if (r < 0) {
         nbd_uri_free(u);

@@ -89,7 +89,8 @@ refuse_f() {
     start_server -t -r -x exp -f qcow2 "$QCOW"
     local spec
     for spec in "driver=nbd,server.type=unix,server.path=$SOCK,export=exp" \
-        "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$SOCK,file.export=exp"; do
+        "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path=$SOCK,file.export=exp" \
+        "driver=nbd,path=$SOCK,export=exp"; do
         same_json info "$spec"
         same_json map "$spec"
     done
