@@ -176,6 +176,9 @@ static int compare_run(int argc, char **argv)
     if (argc - optind != 2) {
         return cmd_usage_error("compare", "expected IMAGE1 and IMAGE2");
     }
+    if (image_opts && ob.format && !oa.format) {
+        return cmd_usage_error("compare", "--image-opts and -F are mutually exclusive");
+    }
     if ((r = cmd_image_operand("compare", argv[optind], image_opts, 0, &oa)) != 0 ||
         (r = cmd_image_operand("compare", argv[optind + 1], image_opts, 0, &ob)) != 0) {
         return r;

@@ -45,6 +45,10 @@ refuse_f() {
         same_json info "$spec"
         same_json map "$spec"
     done
+    # an overlay: the backing file opens by its name, as qemu-img's does
+    qemu-img create -q -f qcow2 -b "$QCOW" -F qcow2 "$TEST_DIR/ov.qcow2"
+    same_json info "driver=qcow2,file.filename=$TEST_DIR/ov.qcow2" --backing-chain
+    same_json map "driver=qcow2,file.filename=$TEST_DIR/ov.qcow2"
     # the human form names the protocol as the format too
     run -0 "$DISKIMG" info --image-opts "driver=file,filename=$RAW"
     assert_line "file format: file"
@@ -145,6 +149,8 @@ refuse_f() {
     refuse_f snapshot -l --image-opts "$spec"
     refuse_f amend -o size=2M --image-opts "$spec"
     refuse_f compare --image-opts "$spec" "$spec"
+    run -2 "$DISKIMG" compare -F raw --image-opts "$spec" "$spec"
+    assert_line --index 0 "diskimg compare: --image-opts and -F are mutually exclusive"
     refuse_f resize --image-opts "$spec" 2M
     refuse_f rebase -u -b '' --image-opts "$spec"
     # check's usage errors are 1 (2 means corruptions), as qemu-img's
