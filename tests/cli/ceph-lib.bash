@@ -55,3 +55,9 @@ bats_require_minimum_version 1.5.0
 nbdsh() {
     PATH="$(dirname "$PYTHON3"):$PATH" command nbdsh "$@"
 }
+
+# nbdsh_within SECONDS ARGS...: nbdsh, killed after SECONDS (for requests
+# that may wait for a stopped OSD).
+nbdsh_within() {
+    PATH="$(dirname "$PYTHON3"):$PATH" timeout -k 5 "$1" nbdsh "${@:2}"
+}

@@ -55,14 +55,14 @@ pattern_at() {
 
     ceph_osd_stop
     # a write while the OSD is down waits for it (or fails with EIO)
-    PATH="$(dirname "$PYTHON3"):$PATH" timeout 60 nbdsh -u "$wb" -c '
+    nbdsh_within 60 -u "$wb" -c '
 import errno
 try:
     h.pwrite(b"\x42" * 65536, 2 << 20)
     h.flush()
     print("written")
 except nbd.Error as e:
-    assert e.errno == errno.EIO, e
+    assert e.errnum == errno.EIO, e
     print("EIO")
 ' >"$TEST_DIR/during.out" 2>&1 &
     local during=$!
@@ -109,6 +109,37 @@ os.kill('"$SERVER_PID"', signal.SIGKILL)
     rbd export --no-progress rbd/osd-direct "$TEST_DIR/direct.raw"
     pattern_at "$TEST_DIR/direct.raw" 0 $((1 << 20)) 0x44
     pattern_at "$TEST_DIR/direct.raw" $((4 << 20)) 65536 0x45
+}
+
+@test "rbd faults: with an OSD op timeout, requests to a down OSD fail with EIO" {
+    rbd create --size 8M rbd/timeout
+    # the cache off: a write that timed out was never acknowledged
+    start_server -t --cache=none -f raw rbd:rbd/timeout:rados_osd_op_timeout=1
+    nbdsh -u "$URI" -c 'h.pwrite(b"\x41" * 65536, 0)'
+    ceph_osd_stop
+    run nbdsh_within 20 -u "$URI" -c '
+import errno
+for name, op in (("write", lambda: h.pwrite(b"\x42" * 65536, 65536)),
+                 ("read", lambda: h.pread(65536, 0))):
+    try:
+        op()
+        raise AssertionError(name + " succeeded with the OSD down")
+    except nbd.Error as e:
+        assert e.errnum == errno.EIO, e
+'
+    assert_success
+    kill -0 "$SERVER_PID"
+    ceph_osd_start
+    nbdsh -u "$URI" -c '
+assert h.pread(65536, 0) == b"\x41" * 65536
+h.pwrite(b"\x43" * 65536, 131072)
+'
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    rbd export --no-progress rbd/timeout "$TEST_DIR/timeout.raw"
+    pattern_at "$TEST_DIR/timeout.raw" 0 65536 0x41
+    pattern_at "$TEST_DIR/timeout.raw" 131072 65536 0x43
+    grep -q "NBD_CMD_WRITE .* failed with EIO: rbd:rbd/timeout" "$SERVER_LOG"
 }
 
 @test "rbd faults: wrong key, user, pool, image or monitors: one line, exit 1, no secret" {
