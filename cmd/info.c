@@ -421,7 +421,7 @@ static int info_run(int argc, char **argv)
         }
         if (r == 0 && depth >= MAX_CHAIN) {
             fprintf(stderr, "diskimg: backing chain of %s is deeper than %d backing files\n",
-                    argv[optind], BLK_MAX_CHAIN_DEPTH);
+                    cmd_image_name(&top, NULL), BLK_MAX_CHAIN_DEPTH);
             r = -1;
         }
         struct blk_image_opts below = {.filename = name,
