@@ -323,11 +323,19 @@ static ssize_t rw_request(struct rbd_drv *d, bool write, uint64_t off, const str
 static int rbd_drv_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov, int iovcnt)
 {
     struct rbd_drv *d = n->opaque;
-    uint64_t len = iov_length(iov, iovcnt);
-    ssize_t r = rw_request(d, false, off, iov, iovcnt);
+    uint64_t len = iov_length(iov, iovcnt), size = 0;
+    ssize_t r;
 
+    /* Past the end reads as zeroes, as a file does: a format's file
+     * (growable) may end inside a cluster whose tail was never written,
+     * and another client may have shrunk the image.  librbd refuses a
+     * read that starts at or past the end, and cuts one that crosses it. */
+    if (rbd_get_size(d->image, &size) == 0 && off >= size) {
+        r = 0;
+    } else {
+        r = rw_request(d, false, off, iov, iovcnt);
+    }
     if (r >= 0 && (uint64_t)r < len) {
-        /* past the end of an image another client shrank */
         size_t done = (size_t)r;
         for (int i = 0; i < iovcnt; i++) {
             size_t skip = MIN(done, iov[i].iov_len);

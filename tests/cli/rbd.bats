@@ -90,6 +90,12 @@ sparse() {
     assert_success
     run qemu-img compare -f raw -F qcow2 "$TEST_DIR/src.raw" "${P}q"
     assert_success
+    # The rbd image ends inside the qcow2's last cluster (its tail was
+    # never written): served, the whole cluster reads, zeroes past the end.
+    start_server -r "${P}q"
+    run qemu-img compare -f raw "$URI" "$TEST_DIR/src.raw"
+    assert_success
+    stop_server
     run "$DISKIMG" compare "${P}q" "$TEST_DIR/src.raw"
     assert_success
     # compare finds a changed byte in rbd.
