@@ -120,14 +120,15 @@ static int open_pool(struct rbd_drv *d)
     return 0;
 }
 
-int rbd_connect(struct rbd_drv *d, bool direct)
+/* A new client for d's name (configured, connected). */
+static int new_client(struct rbd_drv *d, bool direct)
 {
     int r = rados_create(&d->cluster, d->name.user);
 
     if (r < 0) {
+        d->cluster = NULL;
         return rbd_error(d, r, "creating the Ceph client");
     }
-    d->connected = false;
     r = configure(d, direct);
     if (r < 0) {
         return r;
@@ -142,8 +143,25 @@ int rbd_connect(struct rbd_drv *d, bool direct)
     if (r < 0) {
         return rbd_error(d, r, "connecting to the Ceph cluster");
     }
-    d->connected = true;
-    return open_pool(d);
+    return 0;
+}
+
+int rbd_connect(struct rbd_drv *d, bool direct)
+{
+    char *key = rbd_client_key(&d->name, direct);
+    int r = 0;
+
+    if (!key) {
+        return err_set(ENOMEM, "%s", d->label);
+    }
+    if (!rbd_client_get(key, &d->cluster)) {
+        r = new_client(d, direct);
+        if (r == 0) {
+            rbd_client_add(key, d->cluster);
+        }
+    }
+    free(key);
+    return r < 0 ? r : open_pool(d);
 }
 
 void rbd_disconnect(struct rbd_drv *d)
@@ -153,10 +171,9 @@ void rbd_disconnect(struct rbd_drv *d)
         d->io = NULL;
     }
     if (d->cluster) {
-        rados_shutdown(d->cluster);
+        rbd_client_put(d->cluster);
         d->cluster = NULL;
     }
-    d->connected = false;
 }
 
 static bool is_true(const char *s)

@@ -33,7 +33,6 @@ struct rbd_drv {
     rados_t cluster;
     rados_ioctx_t io;
     rbd_image_t image;
-    bool connected;
     bool locked;       /* we hold the exclusive lock */
     bool cache;        /* librbd's write cache is on: acknowledged is not durable */
     bool whole_object; /* fast-diff: block status by whole objects */
@@ -42,6 +41,15 @@ struct rbd_drv {
     _Atomic uint64_t write_gen;  /* bumped by every write: stale status */
     struct rbd_status_cache status;
 };
+
+/* clients.c: Ceph clients shared by the images of a process whose names
+ * configure them alike (the key).  get: one more user of a client, or
+ * false; add: a new client, one user; put: one user less, shut down
+ * with the last (or at once when it was never added). */
+char *rbd_client_key(const struct rbd_name *n, bool direct);
+bool rbd_client_get(const char *key, rados_t *out);
+void rbd_client_add(const char *key, rados_t cluster);
+void rbd_client_put(rados_t cluster);
 
 /* connect.c: connect to the cluster the name points at and open its pool
  * and namespace (d->cluster, d->io); direct turns librbd's cache off. */
