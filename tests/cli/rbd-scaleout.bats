@@ -42,7 +42,7 @@ sock_uri() { echo "nbd+unix:///${2:-}?socket=$TEST_DIR/$1.sock"; }
 # serve NAME [serve options...]: a persistent server on $TEST_DIR/NAME.sock
 # (or TCP with -b/-p), its PID kept for teardown; waits until it listens.
 serve() {
-    local name=$1 listen=(-k "$TEST_DIR/$1.sock") port= i
+    local name=$1 listen=(-k "$TEST_DIR/$1.sock") port='' i
     shift
     local args=("$@")
     for ((i = 0; i < ${#args[@]}; i++)); do
