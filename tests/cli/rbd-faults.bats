@@ -193,7 +193,12 @@ h.pwrite(b"\x43" * 65536, 131072)
     "$DISKIMG" serve -r -f raw -k "$reader" rbd:rbd/locked 2>>"$SERVER_LOG" &
     local rpid=$!
     wait_until 10 unix_listening "$reader"
-    nbdsh -u "nbd+unix:///?socket=$reader" -c 'assert h.pread(4096, 0) == b"\x44" * 4096'
+    run timeout 20 qemu-io -r -f raw -c 'read -P 0x44 0 4k' "nbd+unix:///?socket=$reader"
+    assert_success
+    assert_output --partial "read 4096/4096 bytes at offset 0"
+    refute_output --partial "Pattern verification failed"
+    # without -t it ends with its last client
+    wait_until 10 eval "! kill -0 $rpid 2>/dev/null" || kill "$rpid"
     wait "$rpid"
 
     # once the writer is gone, the next one gets the lock
