@@ -220,6 +220,14 @@ EOF
         assert_output --partial "1 exclusive lock"
     done
     qemu-img compare -f raw -F raw "nbd://127.0.0.1:$port" "$TEST_DIR/c.raw"
+    # two writable exports of one image in one server: two writers too
+    rbd create --size 1M "rbd/${T}d"
+    run "$DISKIMG" serve -k "$TEST_DIR/dd.sock" --export="name=x,file=rbd:rbd/${T}d,format=raw" \
+        --export="name=y,file=rbd:rbd/${T}d,format=raw"
+    assert_failure 5
+    assert_output --partial "rbd:rbd/${T}d: in use"
+    run rbd lock ls "rbd/${T}d"
+    assert_output ""
 }
 
 @test "a golden image read-only from several servers; one writer cluster-wide (exit 5)" {
