@@ -24,6 +24,14 @@ put_zeroes() {
     head -c "$3" /dev/zero | dd of="$1" bs=64k seek="$2" oflag=seek_bytes conv=notrunc status=none
 }
 
+# flip_byte FILE OFFSET: the byte there inverted, so it surely differs.
+flip_byte() {
+    local b
+    b=$(od -An -tu1 -j "$2" -N1 "$1")
+    printf "\\$(printf '%03o' $((255 - b)))" |
+        dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
 # objects: "offset length" lines in, the object numbers they touch out.
 objects() {
     awk -v o="$OBJ" '$2 > 0 { for (i = int($1 / o); i <= int(($1 + $2 - 1) / o); i++) print i }' |
@@ -147,7 +155,7 @@ checksum_of() {
 
     "$DISKIMG" compare -f raw -F raw "$file" rbd:rbd/imp
     cp "$file" "$TEST_DIR/other.raw"
-    printf x | dd of="$TEST_DIR/other.raw" bs=1 seek=$((9 << 20 | 4097)) conv=notrunc status=none
+    flip_byte "$TEST_DIR/other.raw" $((9 << 20 | 4097))
     run "$DISKIMG" compare -f raw -F raw "$TEST_DIR/other.raw" rbd:rbd/imp
     assert_failure 1
 
