@@ -13,6 +13,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
+#include "formats/named-file.h"
 #include "qcow2.h"
 
 /* A copy of s, NULL for NULL; false when out of memory. */
@@ -31,6 +32,14 @@ int qcow2_change_backing(struct blk_node *n, const char *file, const char *forma
     if (file && strlen(file) > QCOW2_MAX_BACKING_NAME) {
         return err_setx(EINVAL, "qcow2: a backing file name holds at most %d bytes",
                         QCOW2_MAX_BACKING_NAME);
+    }
+    if (file && fmt_names_rbd(file)) {
+        /* as create: record only an rbd name the image can open again */
+        CLEANUP_FREE char *plain = NULL;
+        r = fmt_named_path("qcow2", "backing file", n->filename, file, FMT_NAME_MAY_RBD, &plain);
+        if (r < 0) {
+            return r;
+        }
     }
     if (!dup_or_null(file, &new_file) || !dup_or_null(file ? format : NULL, &new_format)) {
         free(new_file);

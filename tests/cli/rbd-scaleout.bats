@@ -156,6 +156,16 @@ f.write(bytes([int(sys.argv[3], 16)]) * int(sys.argv[4]))' "$@"
     assert_failure 1
     assert_output --partial "is not a plain rbd:POOL/IMAGE[@SNAP] name"
     [[ ! -e c.qcow2 ]]
+    # rebase records what create would, and nothing else
+    qemu-img create -q -f qcow2 rb.qcow2 1M
+    run "$DISKIMG" rebase -u -f qcow2 -b "rbd:rbd/${T}b:keyring=/etc/passwd" -F raw rb.qcow2
+    assert_failure 1
+    assert_output --partial "is not a plain rbd:POOL/IMAGE[@SNAP] name"
+    run qemu-img info rb.qcow2
+    refute_output --partial "backing file"
+    "$DISKIMG" rebase -f qcow2 -b "rbd:rbd/${T}b" -F raw rb.qcow2
+    run qemu-img info rb.qcow2
+    assert_line "backing file: rbd:rbd/${T}b"
 
     # no recorded backing format: the cluster's bytes would be probed
     # (the backing format extension renamed to an unknown one)
