@@ -132,6 +132,12 @@ f.write(bytes([int(sys.argv[3], 16)]) * int(sys.argv[4]))' "$@"
     # and back: a qcow2 overlay converted into a new rbd image
     "$DISKIMG" convert -f qcow2 -O raw ov.qcow2 "rbd:rbd/${T}flat"
     rbd export --no-progress "rbd/${T}flat" - | cmp - want.raw
+    # commit writes the changes into the base, under its exclusive lock
+    run "$DISKIMG" commit -f qcow2 ov.qcow2
+    assert_success
+    rbd export --no-progress "rbd/${T}base" - | cmp - want.raw
+    run rbd lock ls "rbd/${T}base"
+    assert_output ""
 }
 
 @test "an rbd backing file opens only by the rules; --untrusted refuses it" {
