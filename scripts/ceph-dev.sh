@@ -16,11 +16,16 @@
 # chosen free at start, so that clusters in different DIRs run side by
 # side; the OSD picks its own.  Daemons are found by the pid files in DIR.
 # Needs Debian's ceph-mon, ceph-osd and ceph-common.
+#
+# Environment: CEPH_DEV_OSD_BYTES, the OSD's capacity, held in RAM
+# (default 1 GiB); CEPH_DEV_TIMEOUT, seconds any one ceph command may take
+# (default 30).
 set -euo pipefail
 
 # Every call to a ceph tool is bounded: without a manager, a manager
 # command would wait forever, and so would any command if the cluster broke.
 CLI_TIMEOUT=${CEPH_DEV_TIMEOUT:-30}
+OSD_BYTES=${CEPH_DEV_OSD_BYTES:-1073741824}
 
 die() {
     echo "ceph-dev.sh: $*" >&2
@@ -28,7 +33,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,22p' "$0" >&2
     exit 2
 }
 
@@ -155,7 +160,7 @@ admin socket = $DIR/\$name.asok
 pid file = $DIR/\$name.pid
 log file = $DIR/\$name.log
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = $OSD_BYTES
 # Memstore saves its objects only on a clean shutdown: without this an
 # OSD restart loses every image.
 osd fast shutdown = false
@@ -216,6 +221,7 @@ cmd_start() {
         command -v "$tool" >/dev/null ||
             die "$tool is missing: needs ceph-mon, ceph-osd and ceph-common (scripts/dev.sh deps)"
     done
+    [[ $OSD_BYTES =~ ^[1-9][0-9]*$ ]] || die "CEPH_DEV_OSD_BYTES must be a number of bytes"
     mkdir -p "$DIR"
     [[ -z $(ls -A "$DIR") ]] || die "$DIR is not empty (stop the cluster there and remove it first)"
     local t0 fsid osd_uuid attempt
