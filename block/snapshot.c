@@ -11,6 +11,11 @@ int blk_image_snapshot(struct blk_image *img, enum blk_snapshot_op op, const cha
 {
     struct blk_node *n = blk_image_root(img);
 
+    /* As qemu does: a format without snapshots of its own (raw) hands the
+     * request to its file, whose protocol may keep them (rbd). */
+    if (!n->drv->snapshot && n->file && n->file->drv->snapshot) {
+        n = n->file;
+    }
     if (!n->drv->snapshot) {
         return err_setx(ENOTSUP, "%s: the %s format has no internal snapshots", n->filename,
                         n->drv->name);

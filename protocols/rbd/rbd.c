@@ -479,6 +479,7 @@ static const struct blk_driver rbd_driver = {
     .get_length = rbd_drv_get_length,
     .truncate = rbd_drv_truncate,
     .get_info = rbd_get_info,
+    .snapshot = rbd_snapshot,
     .create_node = rbd_create_node,
     .remove_node = rbd_remove_node,
 };

@@ -68,6 +68,7 @@ void rbd_status_free(struct rbd_status_cache *c);
 
 /* info.c: object size and snapshots, for qemu-img info. */
 int rbd_get_info(struct blk_node *n, struct blk_image_info *info);
+int rbd_snapshot(struct blk_node *n, enum blk_snapshot_op op, const char *name);
 
 /* create.c */
 int rbd_create_node(const char *filename, const struct blk_kvlist *options, uint64_t size);

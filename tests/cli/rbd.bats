@@ -160,6 +160,22 @@ sparse() {
     stop_server
     run "$DISKIMG" convert -n -O raw "$TEST_DIR/src.raw" "$P"
     assert_success
+
+    # The snapshot subcommand makes, rolls back to and removes RBD
+    # snapshots, as qemu-img snapshot does.
+    run "$DISKIMG" snapshot -c s2 "$P"
+    assert_success
+    run rbd snap ls "rbd/t$BATS_TEST_NUMBER"
+    assert_output --partial " s2 "
+    qemu-io -f raw -c "write -P 0x44 0 1M" "$P" >/dev/null
+    run "$DISKIMG" snapshot -a s2 "$P"
+    assert_success
+    rbd export "rbd/t$BATS_TEST_NUMBER" "$TEST_DIR/rolled" >/dev/null 2>&1
+    cmp "$TEST_DIR/src.raw" "$TEST_DIR/rolled"
+    run "$DISKIMG" snapshot -d s2 "$P"
+    assert_success
+    run rbd snap ls "rbd/t$BATS_TEST_NUMBER"
+    refute_output --partial " s2 "
 }
 
 @test "serve: several rbd exports, read-write and read-only; FUA by the cache" {
