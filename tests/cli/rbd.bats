@@ -55,6 +55,16 @@ sparse() {
     assert_success
     [[ $(rbd_size "t${BATS_TEST_NUMBER}a") -eq $((3 * MiB)) ]]
 
+    # In a RADOS namespace, as qemu spells it (POOL/NAMESPACE/IMAGE).
+    rbd namespace create "rbd/ns$BATS_TEST_NUMBER"
+    run "$DISKIMG" create -f raw "rbd:rbd/ns$BATS_TEST_NUMBER/img" 2M
+    assert_success
+    run qemu-img info "rbd:rbd/ns$BATS_TEST_NUMBER/img"
+    assert_line "virtual size: 2 MiB (2097152 bytes)"
+    run "$DISKIMG" info rbd:rbd/nons/img
+    assert_failure 1
+    assert_output "diskimg: rbd:rbd/nons/img: namespace 'nons' does not exist"
+
     # qcow2 inside an rbd image: the image grows as qemu's does.
     run "$DISKIMG" create -f qcow2 "${P}q" 1G
     assert_success
