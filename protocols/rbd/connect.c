@@ -65,6 +65,21 @@ static int bound_timeout(struct rbd_drv *d)
     return 0;
 }
 
+/* With an OSD op timeout, librbd's cache loses writes: it acknowledges a
+ * write at once (the default writearound policy), drops it when the OSD
+ * request times out, and a flush after that succeeds.  Such a client
+ * writes through, so that a write that timed out fails itself. */
+static int cache_off_with_op_timeout(struct rbd_drv *d)
+{
+    char buf[64];
+
+    if (rados_conf_get(d->cluster, "rados_osd_op_timeout", buf, sizeof buf) == 0 &&
+        strtod(buf, NULL) > 0) {
+        return conf_set(d, "rbd_cache", "false");
+    }
+    return 0;
+}
+
 static int configure(struct rbd_drv *d, bool direct)
 {
     const struct rbd_name *nm = &d->name;
@@ -85,6 +100,9 @@ static int configure(struct rbd_drv *d, bool direct)
     }
     /* cache=none/directsync: no client-side cache, as qemu does. */
     if (direct && (r = conf_set(d, "rbd_cache", "false")) < 0) {
+        return r;
+    }
+    if ((r = cache_off_with_op_timeout(d)) < 0) {
         return r;
     }
     return bound_timeout(d);

@@ -111,7 +111,7 @@ os.kill('"$SERVER_PID"', signal.SIGKILL)
     pattern_at "$TEST_DIR/direct.raw" $((4 << 20)) 65536 0x45
 }
 
-@test "rbd faults: with an OSD op timeout, requests to a down OSD fail with EIO" {
+@test "rbd faults: with an OSD op timeout, requests to a down OSD fail with EIO, none is lost" {
     rbd create --size 8M rbd/timeout
     # the cache off: a write that timed out was never acknowledged
     start_server -t --cache=none -f raw rbd:rbd/timeout:rados_osd_op_timeout=1
@@ -140,6 +140,31 @@ h.pwrite(b"\x43" * 65536, 131072)
     pattern_at "$TEST_DIR/timeout.raw" 0 65536 0x41
     pattern_at "$TEST_DIR/timeout.raw" 131072 65536 0x43
     grep -q "NBD_CMD_WRITE .* failed with EIO: rbd:rbd/timeout" "$SERVER_LOG"
+
+    # librbd's cache on (the default) would acknowledge a write, drop it
+    # when it times out, and let a later flush succeed: with an op
+    # timeout the driver writes through.  A write that is acknowledged
+    # and flushed is in Ceph, or the write or the flush failed.
+    rbd create --size 8M rbd/timeout-cached
+    start_server -t -f raw rbd:rbd/timeout-cached:rados_osd_op_timeout=1
+    nbdsh -u "$URI" -c 'h.pwrite(b"\x41" * 65536, 0); h.flush()'
+    ceph_osd_stop
+    run nbdsh_within 20 -u "$URI" -c '
+import errno, time
+try:
+    h.pwrite(b"\x42" * 65536, 65536)
+    time.sleep(1.5)
+    h.flush()
+    print("durable")
+except nbd.Error as e:
+    assert e.errnum == errno.EIO, e
+    print("EIO")
+'
+    ceph_osd_start
+    stop_server
+    rbd export --no-progress rbd/timeout-cached "$TEST_DIR/cached.raw"
+    pattern_at "$TEST_DIR/cached.raw" 0 65536 0x41
+    [[ $output == EIO ]] || pattern_at "$TEST_DIR/cached.raw" 65536 65536 0x42
 }
 
 @test "rbd faults: wrong key, user, pool, image or monitors: one line, exit 1, no secret" {
