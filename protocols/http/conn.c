@@ -35,10 +35,13 @@ struct http_conn {
     /* The request in flight. */
     const struct iovec *iov;
     int iovcnt;
-    uint64_t want; /* bytes asked for */
-    uint64_t got;  /* bytes stored */
-    bool overflow; /* the body went on past what was asked */
-    bool refused;  /* cut at the first body byte: the status was not 206 */
+    uint64_t want;        /* bytes asked for */
+    uint64_t got;         /* bytes stored */
+    bool overflow;        /* the body went on past what was asked */
+    bool refused;         /* cut at the first body byte: the status was not 206 */
+    bool stalled;         /* no byte came for timeout_s seconds */
+    uint64_t progress_ns; /* when the last byte came (or the request started) */
+    curl_off_t progress_bytes;
     /* The headers of the last answer (a redirect's are forgotten). */
     bool have_range;
     bool bad_range;
@@ -102,6 +105,29 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *opaque)
     return len;
 }
 
+/* libcurl's own low-speed check averages over several seconds, so a
+ * stalled transfer would hang on for timeout_s plus that; this counts
+ * from the start of the request or the last body byte that came (a
+ * server that accepts and never answers stalls too). */
+static int on_progress(void *opaque, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct http_conn *c = opaque;
+    uint64_t now = clock_ns();
+    (void)dltotal;
+    (void)ultotal;
+    (void)ulnow;
+
+    if (dlnow != c->progress_bytes) {
+        c->progress_bytes = dlnow;
+        c->progress_ns = now;
+    } else if (now - c->progress_ns > (uint64_t)c->cfg->timeout_s * 1000000000u) {
+        c->stalled = true;
+        return 1;
+    }
+    return 0;
+}
+
 static int setup_tls(struct http_conn *c, const struct http_config *cfg)
 {
     CURLcode rc = CURLE_OK;
@@ -142,8 +168,9 @@ int http_conn_new(struct http_conn **out, const struct http_config *cfg)
     rc |= curl_easy_setopt(c->easy, CURLOPT_REDIR_PROTOCOLS_STR, "https");
     rc |= curl_easy_setopt(c->easy, CURLOPT_CONNECTTIMEOUT, (long)cfg->timeout_s);
     /* a transfer that moves nothing for timeout_s seconds has stalled */
-    rc |= curl_easy_setopt(c->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    rc |= curl_easy_setopt(c->easy, CURLOPT_LOW_SPEED_TIME, (long)cfg->timeout_s);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_NOPROGRESS, 0L);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+    rc |= curl_easy_setopt(c->easy, CURLOPT_XFERINFODATA, c);
     rc |= curl_easy_setopt(c->easy, CURLOPT_HEADERFUNCTION, on_header);
     rc |= curl_easy_setopt(c->easy, CURLOPT_HEADERDATA, c);
     rc |= curl_easy_setopt(c->easy, CURLOPT_WRITEFUNCTION, on_body);
@@ -267,6 +294,10 @@ static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *t
     if (rc == CURLE_UNSUPPORTED_PROTOCOL) {
         return err_setx(EPROTONOSUPPORT, "%s: %s", d, why ? why : "unsupported protocol");
     }
+    if (c->stalled) {
+        *transient = true;
+        return err_setx(ETIMEDOUT, "%s: the server sent nothing for %u s", d, c->cfg->timeout_s);
+    }
     if (rc == CURLE_PEER_FAILED_VERIFICATION) {
         return err_setx(EACCES,
                         "%s: TLS: the server's certificate is not trusted (%s); --tls-creds DIR "
@@ -355,7 +386,9 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     c->iovcnt = iovcnt;
     c->want = len;
     c->got = 0;
-    c->overflow = c->refused = c->have_range = c->bad_range = false;
+    c->overflow = c->refused = c->stalled = c->have_range = c->bad_range = false;
+    c->progress_ns = clock_ns();
+    c->progress_bytes = 0;
     c->errbuf[0] = '\0';
     curl_easy_setopt(c->easy, CURLOPT_RANGE, range);
     rc = curl_easy_perform(c->easy);

@@ -3,7 +3,8 @@
 # against a real nginx started for this file (ports picked free): size
 # and range support up front, HTTP errors with status and URL, no query
 # string in any output, read-only, redirects only to https, TLS verified
-# (system CAs refuse a private CA; --tls-creds trusts it).  The http
+# (system CAs refuse a private CA; --tls-creds trusts it), and a hostile
+# server (http_hostile_server.py) whose every broken answer is refused.  The http
 # suites of the web server helper cover the subcommands at large.
 
 load '../helpers'
@@ -57,8 +58,11 @@ http {
   }
 }
 CONF
-    nginx -c "$d/nginx.conf" -p "$d" -g 'daemon off;' 2>"$d/nginx.err" &
+    nginx -c "$d/nginx.conf" -p "$d" -g 'daemon off;' 2>"$d/nginx.err" 3>&- &
     echo $! >"$d/nginx.pid.bats"
+    "$PYTHON3" "$BATS_TEST_DIRNAME/http_hostile_server.py" "$d/hostile.port" 3>&- &
+    echo $! >"$d/hostile.pid"
+    wait_until 5 test -s "$d/hostile.port" || return 1
     for _ in $(seq 50); do
         curl -s -o /dev/null "http://127.0.0.1:$PLAIN/" && return 0
         sleep 0.1
@@ -68,8 +72,10 @@ CONF
 }
 
 teardown_file() {
-    local pid
-    pid=$(cat "$BATS_FILE_TMPDIR/nginx.pid.bats" 2>/dev/null) && kill "$pid" 2>/dev/null || true
+    local pid f
+    for f in nginx.pid.bats hostile.pid; do
+        pid=$(cat "$BATS_FILE_TMPDIR/$f" 2>/dev/null) && kill "$pid" 2>/dev/null || true
+    done
 }
 
 @test "http: size, probing and reads from the first and last bytes" {
@@ -135,4 +141,27 @@ teardown_file() {
     run "$DISKIMG" info "$u/to-http"
     assert_failure 1
     assert_output "diskimg: $u/to-http: the server redirects to a URL that is not https (redirects are followed only to https)"
+}
+
+@test "http: a server that breaks the rules of ranges is refused, never trusted" {
+    local d=$BATS_TEST_TMPDIR u=http://127.0.0.1:$(cat "$BATS_FILE_TMPDIR/hostile.port") out
+    run "$DISKIMG" convert -O raw "$u/good?sig=1" "$d/good.raw"
+    assert_success
+    "$PYTHON3" -c 'import sys; sys.stdout.buffer.write(bytes(i % 251 for i in range(1 << 20)))' >"$d/want"
+    cmp "$d/good.raw" "$d/want"
+    for out in "wrong-start:answered bytes 1-262143 for a request of bytes 0-262143" \
+               "no-range:206 answer has no Content-Range header" \
+               "bad-range:206 answer has an invalid Content-Range header" \
+               "star-total:does not say the file's size" \
+               "overflow:sent more bytes than the range asked for" \
+               "short:(gave up after 6 attempts)" \
+               "shrink:the file's size changed on the server (2097152 bytes, was 1048576)"; do
+        run "$DISKIMG" convert -O raw "$u/${out%%:*}?sig=s3cr3t" "$d/out.raw"
+        assert_failure 1
+        assert_output --partial "diskimg: $u/${out%%:*}?...: "
+        assert_output --partial "${out#*:}"
+        refute_output --partial s3cr3t
+        [ "${#lines[@]}" -eq 1 ]
+        [ ! -e "$d/out.raw" ]
+    done
 }
