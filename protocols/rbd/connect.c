@@ -25,8 +25,8 @@ static const char *reason(int r)
     case EACCES:
     case EPERM:
         return "permission denied (wrong key or user, or the user's caps do not allow it)";
-    case ETIMEDOUT:
-        return "timed out (are the monitors in mon_host reachable?)";
+    case ETIMEDOUT: /* connected: an OSD request, under rados_osd_op_timeout */
+        return "timed out (is an OSD down? rados_osd_op_timeout is set)";
     case ESHUTDOWN: /* Ceph's EBLOCKLISTED */
         return "this client was blocklisted by the cluster";
     default:
@@ -156,6 +156,12 @@ static int new_client(struct rbd_drv *d, bool direct)
         return err_setx(ENOENT,
                         "%s: no Ceph monitors to connect to (no ceph.conf found: set CEPH_CONF "
                         "or conf=, or give mon_host=)",
+                        d->label);
+    }
+    if (r == -ETIMEDOUT) {
+        return err_setx(ETIMEDOUT,
+                        "%s: connecting to the Ceph cluster: timed out (are the monitors in "
+                        "mon_host reachable?)",
                         d->label);
     }
     if (r < 0) {

@@ -139,7 +139,8 @@ h.pwrite(b"\x43" * 65536, 131072)
     rbd export --no-progress rbd/timeout "$TEST_DIR/timeout.raw"
     pattern_at "$TEST_DIR/timeout.raw" 0 65536 0x41
     pattern_at "$TEST_DIR/timeout.raw" 131072 65536 0x43
-    grep -q "NBD_CMD_WRITE .* failed with EIO: rbd:rbd/timeout" "$SERVER_LOG"
+    grep -q "NBD_CMD_WRITE .* failed with EIO: rbd:rbd/timeout.*: timed out (is an OSD down?" \
+        "$SERVER_LOG"
 
     # librbd's cache on (the default) would acknowledge a write, drop it
     # when it times out, and let a later flush succeed: with an op
@@ -196,7 +197,7 @@ except nbd.Error as e:
         >"$TEST_DIR/dead.conf"
     run --separate-stderr timeout 20 "$DISKIMG" info \
         "rbd:rbd/there:conf=$TEST_DIR/dead.conf:client_mount_timeout=1"
-    one_line_error 1 rbd/there "timed out"
+    one_line_error 1 rbd/there "timed out (are the monitors in mon_host reachable?)"
 }
 
 @test "rbd faults: a locked image refuses a second writer (exit 5) and lets readers in" {
