@@ -21,7 +21,8 @@
 # The server is started for each of its cases and stopped after it (by PID),
 # so that rbd bench can take the image's exclusive lock in between.  The
 # image is filled first, so reads return data from the OSD, not holes.
-# Needs fio (with its nbd engine), rbd (ceph-common), a built diskimg.
+# Needs fio (with its nbd and rbd engines), rbd (ceph-common), jq,
+# python3-libnbd, a built diskimg.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/bench/bench-lib.sh
@@ -31,6 +32,7 @@ SIZE=${2:-256}
 SMALL=${SMALL:-32}
 BIG=${BIG:-$((4 * SIZE))}
 DISKIMG=${DISKIMG:-build/cmd/diskimg}
+PY=/usr/bin/python3 # the system python has libnbd's module
 DIR=$(mktemp -d /tmp/rbd-bench.XXXXXX)
 IMG=rbd/diskimg-bench-$$
 SERVER=""
@@ -88,6 +90,11 @@ run_diskimg() {
   "$DISKIMG" serve -t -f raw -k "$sock" "rbd:$IMG" 2>>"$DIR/server.log" &
   SERVER=$!
   wait_socket "diskimg serve" "$sock"
+  # librbd writes through until its first flush (rbd_cache_writethrough_
+  # until_flush), as a safety for clients that never flush; rbd bench and
+  # fio's rbd engine start in writeback.  A client that flushes once (as
+  # every file system does) switches it: rewrite 4k and flush, as one.
+  "$PY" -m nbd -u "nbd+unix:///?socket=$sock" -c 'h.pwrite(h.pread(4096, 0), 0); h.flush()'
   fio --name=nbd --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --rw="$rw" \
     --bs="$bs" --iodepth=16 --io_size="${total}M" --size="${SIZE}M" \
     --randrepeat=0 --output-format=json 2>/dev/null |
