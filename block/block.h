@@ -511,6 +511,14 @@ bool blk_image_has_identity(const struct blk_image *img);
  * (malloc'd) gets the option list qemu-img prints after "Formatting
  * 'FILE', ". */
 int blk_create(const struct blk_create_opts *o, char **summary);
+/* Remove an image blk_create made that a command then failed to fill
+ * (convert, dd): the file, or the image of a protocol that creates its
+ * own (rbd).  The caller's error message is kept. */
+int blk_create_remove(const char *filename);
+/* Does blk_create make this image through its protocol (rbd), not as a
+ * local file?  It then refuses one that exists, so an image it made is
+ * always new. */
+bool blk_create_makes_own(const char *filename);
 /* Help text for -o help, or NULL if the format has no options. */
 const char *blk_create_options_help(const char *format);
 

@@ -181,3 +181,37 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     }
     return r;
 }
+
+/* The message of the failure that made the caller remove the image
+ * stays the one to report, whether or not it was printed yet. */
+int blk_create_remove(const char *filename)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", err_msg());
+    const struct blk_driver *proto = blk_protocol_for(filename);
+    int r = 0;
+
+    if (proto && proto->remove_node) {
+        r = proto->remove_node(filename, NULL);
+    } else if (unlink(filename) < 0) {
+        r = -errno;
+    }
+    err_clear();
+    if (why[0]) {
+        err_setx(EIO, "%s", why);
+    }
+    return r;
+}
+
+bool blk_create_makes_own(const char *filename)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", err_msg());
+    const struct blk_driver *proto = blk_protocol_for(filename);
+
+    err_clear(); /* a URL no driver claims is not ours to make: no message */
+    if (why[0]) {
+        err_setx(EIO, "%s", why);
+    }
+    return proto && proto->create_node;
+}

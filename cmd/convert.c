@@ -623,9 +623,9 @@ out:
     free(o.options);
     target_choice_free(&o.choice);
     if (status != EXIT_OK && created) {
-        unlink(o.create.filename); /* never leave a half-written image we made */
+        blk_create_remove(o.create.filename); /* never leave a half-written image we made */
     }
-    blk_file_lock_release(hold); /* (after the unlink: nobody else had it meanwhile) */
+    blk_file_lock_release(hold); /* (after the removal: nobody else had it meanwhile) */
     free(summary);
     if (status == EXIT_OK && o.copy.checksum) {
         /* (an archive written to stdout keeps it to itself) */

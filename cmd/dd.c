@@ -227,7 +227,7 @@ static int dd_copy(struct dd_args *a, struct blk_image *src, bool *created)
     if (r < 0) {
         return r;
     }
-    *created = regular_file(a->out_name);
+    *created = regular_file(a->out_name) || blk_create_makes_own(a->out_name);
     if (!in_range) {
         fprintf(stderr,
                 "diskimg: %s: cannot skip to the offset asked for (%" PRIu64 " * %" PRIu64
@@ -250,10 +250,10 @@ static int dd_copy(struct dd_args *a, struct blk_image *src, bool *created)
         r = r2;
     }
     if (r < 0 && *created) {
-        unlink(a->out_name); /* never leave a half-written image we made */
+        blk_create_remove(a->out_name); /* never leave a half-written image we made */
         *created = false;
     }
-    blk_file_lock_release(hold); /* (after the unlink: nobody else had it meanwhile) */
+    blk_file_lock_release(hold); /* (after the removal: nobody else had it meanwhile) */
     return r;
 }
 

@@ -113,9 +113,18 @@ sparse() {
     run "$DISKIMG" compare "${P}r" "$TEST_DIR/src.raw"
     assert_failure 1
     assert_output --partial "4194311"
-    # A failed convert leaves no image behind: a source that is missing.
-    run "$DISKIMG" convert -O raw "$TEST_DIR/missing" "${P}gone"
-    assert_failure
+    # A convert or dd that fails after creating its target leaves no
+    # image behind: a source whose compressed clusters are broken.
+    yes "hello world" | head -c 4M >"$TEST_DIR/comp.raw"
+    qemu-img convert -c -O qcow2 "$TEST_DIR/comp.raw" "$TEST_DIR/bad.qcow2"
+    head -c 40000 /dev/zero | tr '\0' '\377' | dd of="$TEST_DIR/bad.qcow2" conv=notrunc \
+        bs=1 seek=$(($(stat -c %s "$TEST_DIR/bad.qcow2") - 40000)) status=none
+    run "$DISKIMG" convert -O raw "$TEST_DIR/bad.qcow2" "${P}gone"
+    assert_failure 1
+    assert_output --partial "does not decompress"
+    run "$DISKIMG" dd -O raw if="$TEST_DIR/bad.qcow2" of="${P}gone" bs=1M
+    assert_failure 1
+    assert_output --partial "does not decompress"
     run rbd info "rbd/t${BATS_TEST_NUMBER}gone"
     assert_failure
 }
