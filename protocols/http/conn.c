@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/cleanup.h"
@@ -45,7 +46,10 @@ struct http_conn {
     /* The headers of the last answer (a redirect's are forgotten). */
     bool have_range;
     bool bad_range;
+    bool encoded; /* Content-Encoding other than identity */
     struct http_content_range range;
+    char etag[HTTP_ETAG_MAX + 1];
+    struct curl_slist *if_match; /* set once cfg->etag is known */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -74,11 +78,16 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *opaque)
 
     if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
         /* a new answer (after a redirect or a 100 Continue) */
-        c->have_range = false;
-        c->bad_range = false;
+        c->have_range = c->bad_range = c->encoded = false;
+        c->etag[0] = '\0';
     } else if (http_header_match(line, len, "Content-Range", &v, &vlen)) {
         c->have_range = true;
         c->bad_range = http_content_range_parse(v, vlen, &c->range) < 0;
+    } else if (http_header_match(line, len, "ETag", &v, &vlen) && http_etag_usable(v, vlen)) {
+        memcpy(c->etag, v, vlen);
+        c->etag[vlen] = '\0';
+    } else if (http_header_match(line, len, "Content-Encoding", &v, &vlen)) {
+        c->encoded = !(vlen == 8 && strncasecmp(v, "identity", 8) == 0);
     }
     return len;
 }
@@ -193,6 +202,7 @@ void http_conn_free(struct http_conn *c)
 {
     if (c) {
         curl_easy_cleanup(c->easy);
+        curl_slist_free_all(c->if_match);
         free(c);
     }
 }
@@ -217,6 +227,8 @@ static const char *status_reason(long status)
         return "Request Timeout";
     case 410:
         return "Gone";
+    case 412:
+        return "Precondition Failed (the file changed on the server since it was opened)";
     case 416:
         return "Range Not Satisfiable";
     case 429:
@@ -316,6 +328,12 @@ static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *t
                         "byte ranges",
                         d);
     }
+    if (status == 206 && c->encoded) {
+        return err_setx(EPROTO,
+                        "%s: the server encoded its answer (Content-Encoding): its bytes are "
+                        "not the file's",
+                        d);
+    }
     if (status != 206) {
         *transient = status_transient(status);
         return err_setx(status_errno(status), "%s: HTTP %ld %s", d, status, status_reason(status));
@@ -354,6 +372,7 @@ static int check_range(struct http_conn *c, uint64_t off, uint64_t len, struct h
     }
     ans->total = r->total;
     ans->got = c->got;
+    memcpy(ans->etag, c->etag, sizeof ans->etag);
     return 0;
 }
 
@@ -386,7 +405,16 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     c->iovcnt = iovcnt;
     c->want = len;
     c->got = 0;
-    c->overflow = c->refused = c->stalled = c->have_range = c->bad_range = false;
+    if (c->cfg->etag[0] && !c->if_match) {
+        char h[sizeof c->cfg->etag + 16];
+        snprintf(h, sizeof h, "If-Match: %s", c->cfg->etag);
+        if (!(c->if_match = curl_slist_append(NULL, h))) {
+            return err_set(ENOMEM, "%s: a request header", c->cfg->display);
+        }
+        curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->if_match);
+    }
+    c->overflow = c->refused = c->stalled = c->have_range = c->bad_range = c->encoded = false;
+    c->etag[0] = '\0';
     c->progress_ns = clock_ns();
     c->progress_bytes = 0;
     c->errbuf[0] = '\0';
@@ -396,6 +424,7 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     if (rc == CURLE_OK && empty_file(c, off, status)) {
         *transient = false;
         ans->total = ans->got = 0;
+        ans->etag[0] = '\0';
         return 0;
     }
     int r = attempt_failed(c, rc, status, transient);

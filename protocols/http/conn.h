@@ -11,6 +11,8 @@
 
 #include <curl/curl.h>
 
+#include "range.h"
+
 /* What every request of one image shares. */
 struct http_config {
     char *url;       /* as given: it may hold secrets (a signature, a password) */
@@ -22,6 +24,10 @@ struct http_config {
     unsigned timeout_s;             /* connect, and a transfer stalled this long */
     unsigned retries;               /* transient failures retried this many times */
     CURLSH *share;                  /* DNS cache and TLS sessions, NULL: none */
+    /* The strong ETag of the first answer ("": none): later requests send
+     * If-Match, so a file replaced on the server is an error (412), not
+     * a mix of two files. */
+    char etag[HTTP_ETAG_MAX + 1];
 };
 
 /* A 206 answer as checked: it starts where asked, and got bytes of it
@@ -30,6 +36,7 @@ struct http_config {
 struct http_answer {
     uint64_t total; /* the resource's size, from Content-Range */
     uint64_t got;
+    char etag[HTTP_ETAG_MAX + 1]; /* its strong ETag, or "" */
 };
 
 struct http_conn;

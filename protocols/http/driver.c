@@ -341,6 +341,7 @@ static int http_probe_size(struct http_drv *d)
         return r;
     }
     d->size = ans.total;
+    memcpy(d->cfg.etag, ans.etag, sizeof d->cfg.etag); /* before any other request */
     s->win_off = 0;
     s->win_len = s->window ? ans.got : 0;
     s->last_use = ++d->clock;

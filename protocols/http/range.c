@@ -110,3 +110,16 @@ int http_header_match(const char *line, size_t len, const char *name, const char
     *value_len = end - start;
     return 1;
 }
+
+bool http_etag_usable(const char *s, size_t len)
+{
+    if (len < 2 || len > HTTP_ETAG_MAX || s[0] != '"' || s[len - 1] != '"') {
+        return false;
+    }
+    for (size_t i = 1; i + 1 < len; i++) {
+        if (s[i] < 0x21 || s[i] > 0x7e || s[i] == '"') {
+            return false;
+        }
+    }
+    return true;
+}

@@ -31,4 +31,10 @@ int http_content_range_parse(const char *s, size_t len, struct http_content_rang
 int http_header_match(const char *line, size_t len, const char *name, const char **value,
                       size_t *value_len);
 
+/* A strong entity tag ("..." of visible ASCII but '"', at most
+ * HTTP_ETAG_MAX bytes) that can go back in an If-Match header as it is;
+ * weak tags (W/"...") cannot, as If-Match compares strongly. */
+#define HTTP_ETAG_MAX 256
+bool http_etag_usable(const char *s, size_t len);
+
 #endif

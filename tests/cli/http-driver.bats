@@ -155,7 +155,9 @@ teardown_file() {
                "star-total:does not say the file's size" \
                "overflow:sent more bytes than the range asked for" \
                "short:(gave up after 6 attempts)" \
-               "shrink:the file's size changed on the server (2097152 bytes, was 1048576)"; do
+               "shrink:the file's size changed on the server (2097152 bytes, was 1048576)" \
+               "replaced:HTTP 412 Precondition Failed (the file changed on the server" \
+               "encoded:the server encoded its answer (Content-Encoding)"; do
         run "$DISKIMG" convert -O raw "$u/${out%%:*}?sig=s3cr3t" "$d/out.raw"
         assert_failure 1
         assert_output --partial "diskimg: $u/${out%%:*}?...: "

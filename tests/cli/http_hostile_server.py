@@ -14,6 +14,10 @@ Each path answers a Range request wrongly:
   /short       a 206 whose body ends before the range (connection closed)
   /shrink      the size in Content-Range changes after the first answer
   /stall       the body stops half-way and the connection stays open
+  /replaced    ETag "one" at first; then the file is replaced ("two"): a
+               request with If-Match "one" gets 412, one without it the
+               new bytes
+  /encoded     a 206 with Content-Encoding: gzip
 """
 import http.server
 import re
@@ -82,6 +86,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/shrink":
             total = SIZE if count == 1 else SIZE * 2
             self.answer(first, last, total, body)
+        elif path == "/replaced":
+            if count == 1:
+                self.send_response(206)
+                self.send_header("ETag", '"one"')
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, SIZE))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.headers.get("If-Match") not in (None, '"two"'):
+                self.send_error(412)
+            else:
+                self.answer(first, last, SIZE, bytes(len(body)))
+        elif path == "/encoded":
+            self.send_response(206)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, SIZE))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif path == "/stall":
             self.send_response(206)
             self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, SIZE))

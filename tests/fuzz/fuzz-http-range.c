@@ -3,7 +3,8 @@
  * it prints of a URL (common/url-redact.c).  The input is a header line
  * as libcurl hands it over ("Content-Range: bytes 0-511/1024\r\n"): it is
  * matched as a header, its value and the whole input parsed as a
- * Content-Range, and the input redacted as a URL.
+ * Content-Range (an ETag value checked as one), and the input redacted
+ * as a URL.
  *
  * Besides the sanitizers, the harness traps when a parse that succeeds
  * breaks its promises (first <= last < total, a form without range has a
@@ -81,6 +82,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("a header value outside its line");
         }
         check_range(v, vlen);
+    }
+    if (http_header_match(line, size, "ETag", &v, &vlen) && http_etag_usable(v, vlen)) {
+        /* it goes back in a request header: never a control byte */
+        for (size_t i = 0; i < vlen; i++) {
+            if ((unsigned char)v[i] < 0x21 || (unsigned char)v[i] > 0x7e) {
+                fail("an ETag with a byte that cannot go in a header");
+            }
+        }
     }
     check_range(line, size);
     check_redact(data, size);

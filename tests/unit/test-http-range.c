@@ -91,6 +91,25 @@ static void test_header_match(void)
     CHECK_EQ(n, 0);
 }
 
+static void test_etag(void)
+{
+    CHECK(http_etag_usable("\"abc-123\"", 9));
+    CHECK(http_etag_usable("\"\"", 2));       /* empty, but a valid tag */
+    CHECK(!http_etag_usable("W/\"abc\"", 8)); /* weak: If-Match would never match */
+    CHECK(!http_etag_usable("abc", 3));
+    CHECK(!http_etag_usable("\"a\"b\"", 5));
+    CHECK(!http_etag_usable("\"a\r\nX: y\"", 10)); /* no header injection */
+    CHECK(!http_etag_usable("\"a b\"", 5));
+    CHECK(!http_etag_usable("\"", 1));
+    char big[HTTP_ETAG_MAX + 1];
+    memset(big, 'a', sizeof big);
+    big[0] = big[HTTP_ETAG_MAX - 1] = '"';
+    CHECK(http_etag_usable(big, HTTP_ETAG_MAX)); /* exactly the maximum */
+    big[HTTP_ETAG_MAX - 1] = 'a';
+    big[HTTP_ETAG_MAX] = '"';
+    CHECK(!http_etag_usable(big, HTTP_ETAG_MAX + 1)); /* one more */
+}
+
 static void expect_redact(const char *url, const char *want)
 {
     char *got = url_redact(url);
@@ -121,6 +140,7 @@ int main(void)
     RUN(test_content_range_good);
     RUN(test_content_range_bad);
     RUN(test_header_match);
+    RUN(test_etag);
     RUN(test_redact);
     return check_exit();
 }
