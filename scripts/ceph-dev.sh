@@ -88,19 +88,27 @@ daemon_pid() {
     echo "$pid"
 }
 
-# stop_daemon NAME: SIGTERM, wait up to 10 s, then SIGKILL.
+# gone PID: wait up to 10 s for the process to end; false if it did not.
+gone() {
+    local i
+    for ((i = 0; i < 200; i++)); do
+        alive "$1" || return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# stop_daemon NAME [SIGNAL]: SIGNAL (default TERM), and SIGKILL if the
+# daemon is still there 10 s later.
 stop_daemon() {
-    local pid i
+    local pid sig=${2:-TERM}
     pid=$(daemon_pid "$1")
     if [[ -n $pid ]]; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 200; i++)); do
-            alive "$pid" || break
-            sleep 0.05
-        done
-        if alive "$pid"; then
-            echo "ceph-dev.sh: $1 (pid $pid) ignored SIGTERM for 10 s, killing it" >&2
+        kill -"$sig" "$pid" 2>/dev/null || true
+        if ! gone "$pid"; then
+            echo "ceph-dev.sh: $1 (pid $pid) ignored SIG$sig for 10 s, killing it" >&2
             kill -KILL "$pid" 2>/dev/null || true
+            gone "$pid" || die "$1 (pid $pid) survived SIGKILL"
         fi
     fi
     rm -f "$DIR/$1.pid"
@@ -249,9 +257,10 @@ cmd_start() {
 }
 
 cmd_stop() {
-    # The OSD first: it tells the monitor it goes down and waits up to 5 s
-    # for the answer.
-    stop_daemon osd.0
+    # The OSD first, and killed: its data goes anyway, so it need not save
+    # it (osd fast shutdown is off for osd-stop), nor tell the monitor it
+    # goes down, which waits up to 5 s when the monitor is gone.
+    stop_daemon osd.0 KILL
     stop_daemon mon.a
 }
 
