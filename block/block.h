@@ -350,6 +350,9 @@ struct blk_image_info {
     unsigned n_bitmaps;
     struct blk_info_field fields[BLK_INFO_MAX_FIELDS];
     unsigned n_fields;
+    /* Show the format-specific part even with no fields (qemu's rbd
+     * driver, as the image's top node, has an empty one). */
+    bool specific;
 };
 
 int blk_image_get_info(struct blk_image *img, struct blk_image_info *info);

@@ -273,6 +273,10 @@ int blk_image_get_info(struct blk_image *img, struct blk_image_info *info)
     info->dirty_unknown = !asked && !bottom->drv->allocated_size;
     if (asked) {
         r = asked->drv->get_info(asked, info);
+        /* Only when the image is the protocol itself (driver=rbd) */
+        info->specific =
+            info->specific &&
+            (asked == n || (info->format && strcmp(info->format, asked->drv->name) == 0));
     }
     return r;
 }

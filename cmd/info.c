@@ -121,7 +121,7 @@ static void info_json(struct json_writer *w, const char *filename, const struct 
     if (in->actual_size >= 0) {
         json_int(w, "actual-size", in->actual_size);
     }
-    if (in->n_fields) {
+    if (in->n_fields || in->specific) {
         bool depth[BLK_INFO_MAX_FIELDS]; /* true: an array */
         int nest = 0;
         json_begin_object(w, "format-specific");
@@ -249,7 +249,7 @@ static void info_human(const char *filename, const struct blk_image_info *in)
     if (in->n_snapshots) {
         info_snapshots_human(in);
     }
-    if (in->n_fields) {
+    if (in->n_fields || in->specific) {
         int ind = 4; /* the indent, 4 more per nesting level */
         fprintf(info_out, "Format specific information:\n");
         for (unsigned i = 0; i < in->n_fields; i++) {

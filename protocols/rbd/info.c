@@ -61,6 +61,7 @@ int rbd_get_info(struct blk_node *n, struct blk_image_info *info)
     struct rbd_drv *d = n->opaque;
 
     info->cluster_size = d->object_size;
+    info->specific = true; /* qemu: {"type": "rbd", "data": {}} (no encryption) */
     return list_snapshots(d, info);
 }
 

@@ -143,6 +143,12 @@ sparse() {
     run "$DISKIMG" info --image-opts "driver=raw,file.driver=rbd,file.pool=rbd,file.image=t$BATS_TEST_NUMBER"
     assert_success
     assert_line "virtual size: 24 MiB (25165824 bytes)"
+    # info of the protocol itself as the image: qemu-img's output but the name
+    local opts="driver=rbd,pool=rbd,image=t$BATS_TEST_NUMBER"
+    diff <(qemu-img info --output=json --image-opts "$opts" | grep -v '"filename"') \
+        <("$DISKIMG" info --output=json --image-opts "$opts" | grep -v '"filename"')
+    diff <(qemu-img info --image-opts "$opts" | grep -v '^image:') \
+        <("$DISKIMG" info --image-opts "$opts" | grep -v '^image:')
     run "$DISKIMG" bench -w -c 64 -s 64k -f raw "$P"
     assert_success
     run "$DISKIMG" compare "$P" "$TEST_DIR/d"
