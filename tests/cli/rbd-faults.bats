@@ -86,14 +86,14 @@ except nbd.Error as e:
         }
     fi
     # it serves again: reads what was acknowledged, takes new writes
-    nbdsh -u "$wb" -c '
+    nbdsh_within 30 -u "$wb" -c '
 assert h.pread(1 << 20, 0) == b"\x41" * (1 << 20)
 h.pwrite(b"\x43" * 65536, 4 << 20)
 h.flush()
 '
     # killed right after the reply, before a disconnect could flush:
     # what Ceph has is what the server acknowledged as durable
-    nbdsh -u "$direct" -c '
+    nbdsh_within 30 -u "$direct" -c '
 import os, signal
 assert h.pread(1 << 20, 0) == b"\x44" * (1 << 20)
 h.pwrite(b"\x45" * 65536, 4 << 20)
@@ -130,7 +130,7 @@ for name, op in (("write", lambda: h.pwrite(b"\x42" * 65536, 65536)),
     assert_success
     kill -0 "$SERVER_PID"
     ceph_osd_start
-    nbdsh -u "$URI" -c '
+    nbdsh_within 30 -u "$URI" -c '
 assert h.pread(65536, 0) == b"\x41" * 65536
 h.pwrite(b"\x43" * 65536, 131072)
 '
