@@ -424,7 +424,15 @@ static int info_run(int argc, char **argv)
                     cmd_image_name(&top, NULL), BLK_MAX_CHAIN_DEPTH);
             r = -1;
         }
-        struct blk_image_opts below = {.filename = name,
+        /* an rbd: backing file connects as the image opens it */
+        CLEANUP_FREE char *rbd_name = NULL;
+        if (r == 0 && depth && name && fmt_names_rbd(name) &&
+            fmt_rbd_backing_conf(name, &rbd_name) < 0) {
+            fprintf(stderr, "diskimg: %s\n", err_msg());
+            r = -1;
+            break;
+        }
+        struct blk_image_opts below = {.filename = rbd_name ? rbd_name : name,
                                        .format = fmt,
                                        .force_share = tls.force_share,
                                        .untrusted = tls.untrusted,

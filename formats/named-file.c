@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -139,6 +140,54 @@ int fmt_rbd_backing_allowed(const char *driver, const char *name, const char *fo
     return 0;
 }
 
+/* path with every character the rbd: name syntax splits at escaped. */
+static char *rbd_escape(const char *path)
+{
+    char *out = malloc(2 * strlen(path) + 1), *o = out;
+
+    for (const char *p = path; out && *p; p++) {
+        if (strchr(":@/=\\", *p)) {
+            *o++ = '\\';
+        }
+        *o++ = *p;
+    }
+    if (out) {
+        *o = '\0';
+    }
+    return out;
+}
+
+int fmt_rbd_backing_conf(const char *name, char **out)
+{
+    const char *env = getenv("CEPH_CONF"), *home = getenv("HOME");
+    CLEANUP_FREE char *in_home = NULL;
+    const char *conf = NULL;
+
+    *out = NULL;
+    if (env && env[0]) {
+        conf = env;
+    } else if (access("/etc/ceph/ceph.conf", F_OK) == 0) {
+        conf = "/etc/ceph/ceph.conf";
+    } else if (home && asprintf(&in_home, "%s/.ceph/ceph.conf", home) >= 0 &&
+               access(in_home, F_OK) == 0) {
+        conf = in_home;
+    }
+    if (!conf) {
+        CLEANUP_FREE char *esc = str_escape(name);
+        return err_setx(ENOENT,
+                        "backing file '%s': no Ceph configuration (CEPH_CONF, "
+                        "/etc/ceph/ceph.conf, ~/.ceph/ceph.conf); an image's rbd: backing file "
+                        "never reads ./ceph.conf",
+                        esc ? esc : "?");
+    }
+    CLEANUP_FREE char *esc_conf = rbd_escape(conf);
+    if (!esc_conf || asprintf(out, "%s:conf=%s", name, esc_conf) < 0) {
+        *out = NULL;
+        return err_set(ENOMEM, "rbd backing file name");
+    }
+    return 0;
+}
+
 int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const char *path,
                      const char *format, struct blk_node **out)
 {
@@ -146,11 +195,16 @@ int fmt_open_backing(struct blk_node *n, const struct blk_open_opts *opts, const
     struct stat st;
     bool rbd = fmt_names_rbd(path);
 
+    CLEANUP_FREE char *rbd_path = NULL;
     if (rbd) {
         int r = fmt_rbd_backing_allowed(n->drv->name, path, format, opts->probed);
+        if (r == 0) {
+            r = fmt_rbd_backing_conf(path, &rbd_path);
+        }
         if (r < 0) {
             return r;
         }
+        path = rbd_path;
     }
 
     if (stat(n->filename, &st) == 0) {

@@ -44,6 +44,14 @@ int fmt_named_path(const char *driver, const char *what, const char *image, cons
  * image's format, for the message. */
 int fmt_rbd_backing_allowed(const char *driver, const char *name, const char *format, bool probed);
 
+/* The name to open an image-named rbd: backing file 'name' (plain, see
+ * fmt_rbd_backing_allowed) with, in *out (malloc'd): name plus
+ * ":conf=FILE", FILE being $CEPH_CONF, /etc/ceph/ceph.conf or
+ * ~/.ceph/ceph.conf, the first that is set or exists.  Ceph's own search
+ * ends with ./ceph.conf, which may have come with the image, naming
+ * another cluster and key.  -ENOENT with a message when none is found. */
+int fmt_rbd_backing_conf(const char *name, char **out);
+
 /* --untrusted: the message and error for a file that is not opened. */
 int fmt_refuse_named(const char *driver, const char *what, const char *name);
 

@@ -193,6 +193,19 @@ EOF
     assert_failure 1
     assert_output --partial "names a protocol"
     [[ ! -e x.raw ]]
+    # Ceph's own search ends with ./ceph.conf, which may come with an image
+    if [[ ! -e /etc/ceph/ceph.conf && ! -e ${HOME:-/nonexistent}/.ceph/ceph.conf ]]; then
+        mkdir cwd
+        cp "$CEPH_CONF" cwd/ceph.conf
+        cp ok.qcow2 cwd/
+        run bash -c 'cd cwd && unset CEPH_CONF && timeout 20 rbd ls'
+        assert_line "${T}b"
+        run bash -c 'cd cwd && unset CEPH_CONF && exec "$0" convert -f qcow2 -O raw ok.qcow2 x.raw' \
+            "$DISKIMG"
+        assert_failure 1
+        assert_output --partial "never reads ./ceph.conf"
+        [[ ! -e cwd/x.raw ]]
+    fi
     # the rules met: it opens, and info follows the chain into the cluster
     run "$DISKIMG" compare -f qcow2 -F raw ok.qcow2 "rbd:rbd/${T}b"
     assert_success

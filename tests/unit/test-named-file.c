@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common/error.h"
@@ -97,6 +98,30 @@ static void test_rbd_names(void)
     CHECK(fmt_names_rbd("rbd:x") && !fmt_names_rbd("./rbd:x") && !fmt_names_rbd("nbd://h/x"));
 }
 
+/* The configuration an image-named rbd: backing file reads: never
+ * Ceph's last resort, ./ceph.conf. */
+static void test_rbd_conf(void)
+{
+    char *out = NULL;
+    const char *home = getenv("HOME");
+    char *saved_home = home ? strdup(home) : NULL;
+
+    setenv("CEPH_CONF", "/etc/a:b@c=d.conf", 1);
+    CHECK(fmt_rbd_backing_conf("rbd:p/i@s", &out) == 0);
+    CHECK(out && strcmp(out, "rbd:p/i@s:conf=\\/etc\\/a\\:b\\@c\\=d.conf") == 0);
+    free(out);
+    unsetenv("CEPH_CONF");
+    setenv("HOME", "/nonexistent-home", 1);
+    if (access("/etc/ceph/ceph.conf", F_OK) != 0) {
+        CHECK(fmt_rbd_backing_conf("rbd:p/i", &out) == -ENOENT && out == NULL);
+        CHECK(strstr(err_msg(), "never reads ./ceph.conf") != NULL);
+    }
+    if (saved_home) {
+        setenv("HOME", saved_home, 1);
+    }
+    free(saved_home);
+}
+
 static void test_untrusted_message(void)
 {
     CHECK(fmt_refuse_named("vpc", "parent", "p.vhd") == -EPERM);
@@ -109,6 +134,7 @@ int main(void)
     RUN(test_relative_to_the_image);
     RUN(test_refused_names);
     RUN(test_rbd_names);
+    RUN(test_rbd_conf);
     RUN(test_untrusted_message);
     return check_exit();
 }
