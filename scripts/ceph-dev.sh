@@ -232,7 +232,7 @@ cmd_start() {
     [[ $OSD_BYTES =~ ^[1-9][0-9]*$ ]] || die "CEPH_DEV_OSD_BYTES must be a number of bytes"
     mkdir -p "$DIR"
     [[ -z $(ls -A "$DIR") ]] || die "$DIR is not empty (stop the cluster there and remove it first)"
-    local t0 fsid osd_uuid attempt
+    local t0 fsid osd_uuid attempt out
     t0=$EPOCHREALTIME
     fsid=$(cat /proc/sys/kernel/random/uuid)
     osd_uuid=$(cat /proc/sys/kernel/random/uuid)
@@ -242,11 +242,15 @@ cmd_start() {
         start_mon "$fsid" && break
         [[ $attempt -lt 5 ]] || die "the monitor did not start (see $DIR/start.log and $DIR/mon.a.log)"
     done
-    cli ceph osd new "$osd_uuid" 0 >/dev/null
+    # Both commands in one ceph process (it reads commands from stdin): a
+    # Python start-up less.  It exits 0 whatever happens, so its output
+    # is checked.
+    out=$(printf 'osd new %s 0\nosd pool create rbd 8 8\n' "$osd_uuid" | cli ceph 2>&1) || true
+    [[ $out == *"pool 'rbd' created"* && $out != *Error* ]] ||
+        die "cannot register the OSD or create pool rbd: $out"
     ceph-osd -c "$DIR/ceph.conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$DIR/start.log" 2>&1 ||
         die "OSD mkfs failed (see $DIR/start.log)"
     start_osd
-    cli ceph osd pool create rbd 8 8 >/dev/null 2>&1 || die "cannot create pool rbd"
     # rbd pool init writes an object: it returns once the OSD is up and the
     # PGs are active.
     cli rbd pool init rbd || die "rbd pool init failed"
