@@ -23,7 +23,8 @@ struct rbd_status_cache {
     uint64_t start, end; /* the range asked */
     uint64_t *ext;       /* data extents: offset, length pairs, sorted */
     unsigned n_ext;
-    uint64_t gen; /* write_gen when it was asked */
+    uint64_t gen;     /* write_gen when it was asked */
+    uint64_t when_ms; /* and when (CLOCK_MONOTONIC) */
     bool valid;
 };
 

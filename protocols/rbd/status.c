@@ -11,10 +11,15 @@
  *
  * One iteration covers a window of the image (at least WINDOW bytes), and
  * its extents answer further calls until a write, zero, discard or resize
- * runs (write_gen), so a convert asks the cluster once per window. */
+ * runs (write_gen), so a convert asks the cluster once per window.  Only
+ * this node's writes are seen that way: where other clients may write
+ * (an image opened without the exclusive lock, not a snapshot) the
+ * answer is kept for OTHERS_MS at most, so a reader of a live image
+ * sees their new data within that time. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -22,6 +27,7 @@
 #include "rbd.h"
 
 #define WINDOW (256ull << 20)
+#define OTHERS_MS 1000
 #define MAX_WINDOW (4ull << 30)
 
 void rbd_status_init(struct rbd_status_cache *c)
@@ -93,10 +99,29 @@ static void answer(const uint64_t *ext, unsigned n, uint64_t end, uint64_t off, 
     }
 }
 
-static bool from_cache(struct rbd_status_cache *c, uint64_t gen, uint64_t cached_gen, uint64_t off,
-                       uint64_t len, struct blk_extent *ext)
+static uint64_t now_ms(void)
 {
-    if (!c->valid || gen != cached_gen || off < c->start || off >= c->end) {
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Can another client change the image under us? */
+static bool others_write(const struct rbd_drv *d)
+{
+    return !d->locked && !d->name.snap;
+}
+
+static bool from_cache(struct rbd_drv *d, uint64_t gen, uint64_t off, uint64_t len,
+                       struct blk_extent *ext)
+{
+    struct rbd_status_cache *c = &d->status;
+
+    if (!c->valid || gen != c->gen || off < c->start || off >= c->end) {
+        return false;
+    }
+    if (others_write(d) && now_ms() - c->when_ms > OTHERS_MS) {
         return false;
     }
     answer(c->ext, c->n_ext, c->end, off, len, ext);
@@ -116,7 +141,7 @@ int rbd_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     ext->depth = 1;
     ext->filename = n->filename;
     pthread_mutex_lock(&c->lock);
-    bool hit = from_cache(c, gen, c->gen, off, len, ext);
+    bool hit = from_cache(d, gen, off, len, ext);
     pthread_mutex_unlock(&c->lock);
     if (hit) {
         return 0;
@@ -133,6 +158,7 @@ int rbd_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     uint64_t obj = d->object_size ? d->object_size : 1;
     uint64_t start = off - off % obj;
     uint64_t end = MIN(size, start + MIN(MAX(len + (off - start), WINDOW), MAX_WINDOW));
+    uint64_t asked_ms = now_ms();
     r = rbd_diff_iterate2(d->image, NULL, start, end - start, 1, d->whole_object, collect_extent,
                           &col);
     if (r < 0) {
@@ -149,6 +175,7 @@ int rbd_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
     /* Kept only if no write ran meanwhile (it could be missing). */
     c->valid = atomic_load(&d->write_gen) == gen;
     c->gen = gen;
+    c->when_ms = asked_ms;
     pthread_mutex_unlock(&c->lock);
     return 0;
 }

@@ -211,7 +211,12 @@ sparse() {
     # a: librbd's cache off, so FUA is native; b: the default cache.
     start_server -t --export=name=a,file="${P}a:rbd_cache=false",format=raw \
         --export=name=b,file="${P}b",format=raw \
-        --export=name=s,file="${P}b@s",format=raw,read-only=on
+        --export=name=s,file="${P}b@s",format=raw,read-only=on \
+        --export=name=h,file="${P}b",format=raw,read-only=on
+    # h reads b without its lock: its block status (first a hole at 0)
+    # must catch up with b's writes.
+    run nbdinfo --map "nbd+unix:///h?socket=$SOCK"
+    assert_line --regexp "^ +0 +4194304 +3 +hole,zero"
     run qemu-io -f raw -c "write -P 0x61 -f 0 1M" -c "write -P 0x62 3M 64k" -c flush \
         "nbd+unix:///a?socket=$SOCK"
     assert_success
@@ -220,6 +225,8 @@ sparse() {
     assert_success
     run qemu-img compare -f raw "nbd+unix:///s?socket=$SOCK" "$TEST_DIR/src.raw"
     assert_success
+    h_has_data() { nbdinfo --map "nbd+unix:///h?socket=$SOCK" | grep -Eq '^ +0 +[0-9]+ +0 +data'; }
+    wait_until 3 h_has_data
     run qemu-io -f raw -c "write 0 4k" "nbd+unix:///s?socket=$SOCK"
     assert_failure
     stop_server
