@@ -28,7 +28,7 @@
 
 #define MAX_CONNS 16
 #define DEFAULT_READAHEAD (256u << 10)
-#define MAX_READAHEAD (64u << 20)
+#define MAX_READAHEAD (16u << 20) /* per connection, 16 of them */
 #define DEFAULT_TIMEOUT_S 30u
 #define MAX_TIMEOUT_S 3600u
 #define RETRIES 5u
@@ -147,7 +147,7 @@ static int read_options(struct http_drv *d, const struct blk_node *n,
         return r;
     }
     if (ra > MAX_READAHEAD || ra % 512 != 0) {
-        return blk_opt_error(drv, "readahead", "a multiple of 512 up to 64M");
+        return blk_opt_error(drv, "readahead", "a multiple of 512 up to 16M");
     }
     if (timeout == 0 || timeout > MAX_TIMEOUT_S) {
         return blk_opt_error(drv, "timeout", "between 1 and %u seconds", MAX_TIMEOUT_S);
@@ -339,6 +339,10 @@ static int http_probe_size(struct http_drv *d)
     r = http_conn_get(s->conn, 0, first, &w, 1, &ans);
     if (r < 0) {
         return r;
+    }
+    if (ans.total > (uint64_t)INT64_MAX) {
+        return err_setx(EFBIG, "%s: the server says the file has %" PRIu64 " bytes: too large",
+                        d->cfg.display, ans.total);
     }
     d->size = ans.total;
     memcpy(d->cfg.etag, ans.etag, sizeof d->cfg.etag); /* before any other request */

@@ -157,7 +157,8 @@ teardown_file() {
                "short:(gave up after 6 attempts)" \
                "shrink:the file's size changed on the server (2097152 bytes, was 1048576)" \
                "replaced:HTTP 412 Precondition Failed (the file changed on the server" \
-               "encoded:the server encoded its answer (Content-Encoding)"; do
+               "encoded:the server encoded its answer (Content-Encoding)" \
+               "huge:the server says the file has 18446744073709551615 bytes: too large"; do
         run "$DISKIMG" convert -O raw "$u/${out%%:*}?sig=s3cr3t" "$d/out.raw"
         assert_failure 1
         assert_output --partial "diskimg: $u/${out%%:*}?...: "

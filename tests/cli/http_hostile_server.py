@@ -18,6 +18,7 @@ Each path answers a Range request wrongly:
                request with If-Match "one" gets 412, one without it the
                new bytes
   /encoded     a 206 with Content-Encoding: gzip
+  /huge        a Content-Range total of 2^64 - 1 bytes
 """
 import http.server
 import re
@@ -98,6 +99,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_error(412)
             else:
                 self.answer(first, last, SIZE, bytes(len(body)))
+        elif path == "/huge":
+            self.answer(first, last, (1 << 64) - 1, body)
         elif path == "/encoded":
             self.send_response(206)
             self.send_header("Content-Encoding", "gzip")
