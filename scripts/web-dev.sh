@@ -8,8 +8,9 @@
 #
 # start serves PATH (default DIR/www, made empty) and keeps its state in
 # DIR: nginx.conf, nginx.pid, error.log, access.log (one line a request:
-# status, method, target, Range header, bytes sent, scheme), and web.env,
-# the variables below as shell assignments (also printed on stdout):
+# status, method, target, Range header, bytes sent, scheme, connection
+# number), and web.env, the variables below as shell assignments (also
+# printed on stdout):
 #
 #   WEB_HTTP       http://127.0.0.1:PORT        the plain server
 #   WEB_HTTPS      https://127.0.0.1:PORT       the TLS server (not with --no-tls)
@@ -125,7 +126,7 @@ pid $d/nginx.pid;
 error_log $d/error.log warn;
 events { worker_connections 512; }
 http {
-    log_format web '\$status \$request_method "\$request_uri" range="\$http_range" \$body_bytes_sent \$scheme';
+    log_format web '\$status \$request_method "\$request_uri" range="\$http_range" \$body_bytes_sent \$scheme conn=\$connection';
     access_log $d/access.log web;
     client_body_temp_path $d/tmp/body;
     proxy_temp_path $d/tmp/proxy;

@@ -7,7 +7,7 @@
 #       variables (URLs, WEB_TLS_CREDS, PIDs) to every test
 #   web_stop                         from teardown_file: stops them by PID
 #   web_log                          the server's access log, one request
-#       a line: status method "target" range="..." bytes scheme
+#       a line: status method "target" range="..." bytes scheme conn=N
 #
 # A missing nginx or certtool fails the suite: CI installs them
 # (scripts/dev.sh), and a skipped suite proves nothing.
