@@ -138,6 +138,13 @@ teardown_file() {
     assert_line "file format: qcow2"
     run "$DISKIMG" info --tls-creds "$BATS_FILE_TMPDIR/creds" "$u/to-https"
     assert_success
+    # sslverify=off only when asked; the https driver takes https URLs only
+    run "$DISKIMG" info --image-opts "driver=https,url=$s/disk.raw,sslverify=off"
+    assert_success
+    assert_line "virtual size: 1 MiB (1048576 bytes)"
+    run "$DISKIMG" info --image-opts "driver=https,url=$u/disk.raw"
+    assert_failure 1
+    assert_output "diskimg: $u/disk.raw: not an https:// URL"
     run "$DISKIMG" info "$u/to-http"
     assert_failure 1
     assert_output "diskimg: $u/to-http: the server redirects to a URL that is not https (redirects are followed only to https)"
