@@ -5,7 +5,8 @@
 # signature is never printed), exit status 1 (diskimg(1), EXIT STATUS),
 # and a convert that fails leaves no output.  HTTP statuses, a server
 # that ignores Range, TLS verification, redirects, transient failures
-# (retried) and a refused connection; serve refuses writes.
+# (retried) and a refused connection; serve refuses writes; a remote
+# qcow2's backing file names.
 
 load '../helpers'
 load 'web-lib'
@@ -132,4 +133,20 @@ fails_with() {
     [[ ! -e $SOCK ]]
     # and every other writer: a convert into it, a resize
     fails_with "read-only" "$DISKIMG" resize "$WEB_HTTP/disk.raw" 2M
+}
+
+@test "a qcow2 on a web server that names a backing file: relative refused, --untrusted opens no local file" {
+    local out=$TEST_DIR/out.raw
+    truncate -s 1M "$TEST_DIR/local.raw"
+    qemu-img create -q -f qcow2 -b "$TEST_DIR/local.raw" -F raw "$WEB_ROOT/abs.qcow2"
+    qemu-img create -q -f qcow2 -b disk.raw -F raw "$WEB_ROOT/rel.qcow2"
+    # a relative name has no directory to be found in (qemu-img would ask
+    # the web server for it)
+    fails_with "$WEB_HTTP/rel.qcow2?...: qcow2: backing file 'disk.raw' is relative*" \
+        "$DISKIMG" convert -O raw "$WEB_HTTP/rel.qcow2?$SIG" "$out"
+    [[ ! -e $out ]]
+    # an untrusted remote image opens no local file it names
+    fails_with "refusing to open backing file '$TEST_DIR/local.raw'*" \
+        "$DISKIMG" convert --untrusted -O raw "$WEB_HTTP/abs.qcow2?$SIG" "$out"
+    [[ ! -e $out ]]
 }
