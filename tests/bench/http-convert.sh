@@ -6,9 +6,8 @@
 #
 # The image: the first GiB of the shared src.raw (an ext4 image; 882 MiB
 # of data in that GiB) converted to qcow2 by qemu-img, served by nginx
-# from scripts/web-dev.sh on 127.0.0.1 (plain http: the TLS cost is the
-# same library's for both URL readers).  The served file stays in the
-# page cache (it is read once before the rounds), so the server's disk
+# from scripts/web-dev.sh on 127.0.0.1 (plain http; -T: https).  The
+# served file stays in the page cache (it is read once before the rounds), so the server's disk
 # is not what is measured.  The cases:
 #   diskimg       diskimg convert -O raw URL out.raw
 #   qemu-img      qemu-img convert -m 1 -O raw URL out.raw: one
@@ -27,8 +26,10 @@
 # gives each case's median and the median of the per-round ratios
 # case / diskimg (above 1x: diskimg is faster).
 #
-# Usage: http-convert.sh [-r ROUNDS] [-s REST] [-t TIMEOUT] [-d DIR] [-i SRC]
+# Usage: http-convert.sh [-r ROUNDS] [-s REST] [-t TIMEOUT] [-T] [-d DIR] [-i SRC]
 #   -r N      interleaved rounds (default 5)
+#   -T        over https: diskimg with --tls-creds (the test CA), curl with
+#             --cacert, qemu-img with sslverify=off (it takes no CA file)
 #   -t S      timeout of the default qemu-img try (default 60; 0: skip it)
 #   -s REST   seconds of rest before each case (default 2)
 #   -d DIR    work directory (default /var/tmp/http-bench): DIR/www/img.qcow2
@@ -42,11 +43,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/bench/bench-lib.sh
 . "$HERE/bench-lib.sh"
 B=${DISKIMG:-$HERE/../../build/cmd/diskimg}
-ROUNDS=5 REST=2 PROBE=60 DIR=/var/tmp/http-bench SRC=/var/tmp/convert-bench/src.raw
+ROUNDS=5 REST=2 PROBE=60 TLS=0 DIR=/var/tmp/http-bench SRC=/var/tmp/convert-bench/src.raw
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
-while getopts "r:s:t:d:i:h" opt; do
+while getopts "r:s:t:Td:i:h" opt; do
   case $opt in
-    r) ROUNDS=$OPTARG ;; s) REST=$OPTARG ;; t) PROBE=$OPTARG ;; d) DIR=$OPTARG ;; i) SRC=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;; s) REST=$OPTARG ;; t) PROBE=$OPTARG ;; T) TLS=1 ;; d) DIR=$OPTARG ;; i) SRC=$OPTARG ;;
     h) usage 0 ;; *) usage 1 >&2 ;;
   esac
 done
@@ -61,26 +62,33 @@ if [ ! -s "$IMG" ]; then
   mv "$IMG.tmp" "$IMG"
 fi
 
-"$HERE/../../scripts/web-dev.sh" start "$DIR/web" --root "$DIR/www" --no-tls --no-flaky > /dev/null
+tls=(--no-tls)
+[ "$TLS" = 0 ] || tls=()
+"$HERE/../../scripts/web-dev.sh" start "$DIR/web" --root "$DIR/www" "${tls[@]}" --no-flaky > /dev/null
 trap '"$HERE/../../scripts/web-dev.sh" stop "$DIR/web"; rm -f "$OUT" "$DL"' EXIT
 # shellcheck source=/dev/null
 . "$DIR/web/web.env"
-URL=$WEB_HTTP/img.qcow2
+URL=$WEB_HTTP/img.qcow2 QURL=$URL DOPT="" COPT=""
+if [ "$TLS" = 1 ]; then
+  URL=$WEB_HTTPS/img.qcow2 DOPT="--tls-creds=$WEB_TLS_CREDS" COPT="--cacert $WEB_TLS_CREDS/ca-cert.pem"
+  QURL="json:{\"file.driver\":\"https\",\"file.url\":\"$URL\",\"file.sslverify\":\"off\"}"
+fi
 cat "$IMG" > /dev/null
 want=$("$B" checksum "$IMG" | cut -d' ' -f1)
+q() { printf '%q' "$1"; }
 echo "$URL: $(($(stat -c %s "$IMG") >> 20)) MiB qcow2, 1024 MiB virtual; $("$B" --version | head -1); $(qemu-img --version | head -1); $(curl --version | head -1 | cut -d' ' -f1-2)"
 
 CASES=(
-  "diskimg=$B convert -O raw $URL $OUT && sync $OUT"
-  "qemu-img=qemu-img convert -m 1 -O raw $URL $OUT && sync $OUT"
-  "curl+qemu-img=curl -sSf -o $DL $URL && qemu-img convert -O raw $DL $OUT && sync $OUT"
+  "diskimg=$B convert $DOPT -O raw $URL $OUT && sync $OUT"
+  "qemu-img=qemu-img convert -m 1 -O raw $(q "$QURL") $OUT && sync $OUT"
+  "curl+qemu-img=curl -sSf $COPT -o $DL $URL && qemu-img convert -O raw $DL $OUT && sync $OUT"
 )
 now() { date +%s.%N; }
 
 if [ "$PROBE" != 0 ]; then
   rm -f "$OUT"
   t0=$(now)
-  if timeout "$PROBE" qemu-img convert -O raw "$URL" "$OUT"; then
+  if timeout "$PROBE" qemu-img convert -O raw "$QURL" "$OUT"; then
     echo "qemu-img convert with its default -m 8: $(echo "$(now) - $t0" | bc | cut -c1-6) s (not synced)"
   else
     echo "qemu-img convert with its default -m 8: no result in $PROBE s ($(du -m "$OUT" | cut -f1) MiB written)"
