@@ -36,6 +36,7 @@ struct http_conn {
     /* The request in flight. */
     const struct iovec *iov;
     int iovcnt;
+    uint64_t off;         /* first byte asked for */
     uint64_t want;        /* bytes asked for */
     uint64_t got;         /* bytes stored */
     bool overflow;        /* the body went on past what was asked */
@@ -92,6 +93,20 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *opaque)
     return len;
 }
 
+/* A 200 answer to a range from byte 0 whose Content-Length fits in it:
+ * the whole file, smaller than what was asked (RFC 9110 lets a server
+ * answer so).  Anything longer would be a server ignoring Range. */
+static bool whole_file_fits(struct http_conn *c, long status)
+{
+    curl_off_t length = -1;
+
+    if (status != 200 || c->off != 0) {
+        return false;
+    }
+    curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    return length >= 0 && (uint64_t)length <= c->want;
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *opaque)
 {
     struct http_conn *c = opaque;
@@ -100,7 +115,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *opaque)
 
     if (c->got == 0) {
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
-        if (status != 206) {
+        if (status != 206 && !whole_file_fits(c, status)) {
             c->refused = true; /* an error page, or the whole image: do not download it */
             return 0;
         }
@@ -376,21 +391,27 @@ static int check_range(struct http_conn *c, uint64_t off, uint64_t len, struct h
     return 0;
 }
 
-/* An empty file, for a range starting at 0: a 416 whose Content-Range
- * says the total is 0, or (nginx) a 200 with an empty body. */
-static bool empty_file(struct http_conn *c, uint64_t off, long status)
+/* An answer without a range that still tells the file: a 416 whose
+ * Content-Range says the file is empty, or a 200 with the whole file
+ * (whole_file_fits), all of whose bytes came. */
+static bool whole_file(struct http_conn *c, long status, struct http_answer *ans)
 {
     curl_off_t length = -1;
 
-    if (off != 0) {
+    if (status == 416) {
+        if (c->off != 0 || !c->have_range || c->bad_range || c->range.has_range ||
+            !c->range.has_total || c->range.total != 0) {
+            return false;
+        }
+    } else if (!whole_file_fits(c, status) || c->refused ||
+               curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) !=
+                   CURLE_OK ||
+               (uint64_t)length != c->got) {
         return false;
     }
-    if (status == 416) {
-        return c->have_range && !c->bad_range && !c->range.has_range && c->range.has_total &&
-               c->range.total == 0;
-    }
-    curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-    return status == 200 && !c->refused && c->got == 0 && length == 0;
+    ans->total = ans->got = status == 416 ? 0 : c->got;
+    memcpy(ans->etag, c->etag, sizeof ans->etag);
+    return true;
 }
 
 static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct iovec *iov,
@@ -403,6 +424,7 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, off, off + len - 1);
     c->iov = iov;
     c->iovcnt = iovcnt;
+    c->off = off;
     c->want = len;
     c->got = 0;
     if (c->cfg->etag[0] && !c->if_match) {
@@ -421,10 +443,8 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     curl_easy_setopt(c->easy, CURLOPT_RANGE, range);
     rc = curl_easy_perform(c->easy);
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &status);
-    if (rc == CURLE_OK && empty_file(c, off, status)) {
+    if (rc == CURLE_OK && whole_file(c, status, ans)) {
         *transient = false;
-        ans->total = ans->got = 0;
-        ans->etag[0] = '\0';
         return 0;
     }
     int r = attempt_failed(c, rc, status, transient);

@@ -31,6 +31,12 @@ teardown_file() {
     assert_success
     "$PYTHON3" -c 'import sys; sys.stdout.buffer.write(bytes(i % 251 for i in range(1 << 20)))' >"$d/want"
     cmp "$d/good.raw" "$d/want"
+    # a file smaller than the range asked for may come whole, with 200
+    run "$DISKIMG" info "$u/tiny-200"
+    assert_line "virtual size: 0.977 KiB (1000 bytes)"
+    run "$DISKIMG" convert -O raw "$u/tiny-200" "$d/tiny.raw"
+    assert_success
+    cmp -n 1000 "$d/tiny.raw" "$d/want"
     for out in "wrong-start:answered bytes 1-262143 for a request of bytes 0-262143" \
                "no-range:206 answer has no Content-Range header" \
                "bad-range:206 answer has an invalid Content-Range header" \

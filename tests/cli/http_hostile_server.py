@@ -19,6 +19,7 @@ Each path answers a Range request wrongly:
                new bytes
   /encoded     a 206 with Content-Encoding: gzip
   /huge        a Content-Range total of 2^64 - 1 bytes
+  /tiny-200    a 1000-byte file, always answered 200 with all of it
 """
 import http.server
 import re
@@ -99,6 +100,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_error(412)
             else:
                 self.answer(first, last, SIZE, bytes(len(body)))
+        elif path == "/tiny-200":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(DATA[:1000])
         elif path == "/huge":
             self.answer(first, last, (1 << 64) - 1, body)
         elif path == "/encoded":
