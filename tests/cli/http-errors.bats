@@ -6,9 +6,10 @@
 # and a convert that fails leaves no output.  HTTP statuses, a server
 # that ignores Range, TLS verification, redirects, transient failures
 # (retried) and a refused connection; serve refuses writes; a remote
-# qcow2's backing file names.
+# qcow2's backing file names; a file replaced while it is served.
 
 load '../helpers'
+load '../interop/lib'
 load 'web-lib'
 bats_require_minimum_version 1.5.0
 
@@ -149,4 +150,30 @@ fails_with() {
     fails_with "refusing to open backing file '$TEST_DIR/local.raw'*" \
         "$DISKIMG" convert --untrusted -O raw "$WEB_HTTP/abs.qcow2?$SIG" "$out"
     [[ ! -e $out ]]
+}
+
+@test "a file replaced on the server while served: reads fail (412), never a mix of two files" {
+    require_tool nbdsh
+    head -c 4M /dev/urandom >"$WEB_ROOT/moving.raw"
+    start_server -r -t -f raw "$WEB_HTTP/moving.raw?$SIG"
+    WANT=$WEB_ROOT/moving.raw nbdsh -u "$URI" -c '
+import os
+want = open(os.environ["WANT"], "rb").read()
+assert h.pread(65536, 0) == want[:65536]
+'
+    # the same size, new bytes and a new time: nginx's ETag changes
+    head -c 4M /dev/urandom >"$WEB_ROOT/moving.new"
+    touch -d '2020-01-01' "$WEB_ROOT/moving.new"
+    mv "$WEB_ROOT/moving.new" "$WEB_ROOT/moving.raw"
+    nbdsh -u "$URI" -c '
+try:
+    h.pread(65536, 3 * 1048576)
+    raise SystemExit("a read of the replaced file succeeded")
+except nbd.Error:
+    pass
+'
+    kill -0 "$SERVER_PID"
+    stop_server
+    grep -q "HTTP 412 Precondition Failed" "$SERVER_LOG" || { cat "$SERVER_LOG" >&2 && false; }
+    ! grep -q 5ecre7519 "$SERVER_LOG"
 }
