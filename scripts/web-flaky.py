@@ -61,15 +61,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def note(self, status):
-        print(status, self.path, self.headers.get("Range", "-"), file=sys.stderr, flush=True)
+        # one write a line, under the lock: threads must not mix lines
+        line = f"{status} {self.path} {self.headers.get('Range', '-')}\n"
+        with _lock:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
     def reply(self, status, length=0, extra=()):
+        # logged before the client can see the answer: a test that reads
+        # the log after its client is done finds every line
+        self.note(status)
         self.send_response(status)
         for k, v in extra:
             self.send_header(k, v)
         self.send_header("Content-Length", str(length))
         self.end_headers()
-        self.note(status)
 
     def answer(self, body):
         target = self.path

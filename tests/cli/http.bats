@@ -75,7 +75,8 @@ sources() {
     assert_output "503 200 "
     run curl -s -o /dev/null "$WEB_REFUSED/disk.raw"
     assert_equal "$status" 7
-    grep -q '^206 GET "/disk.raw?X-Sig=secret" range="bytes=10-19" 10 http conn=[0-9]*$' <(web_log)
+    # nginx logs a request once it is done: poll
+    wait_until 2 web_logged '^206 GET "/disk\.raw\?X-Sig=secret" range="bytes=10-19" 10 http conn=[0-9]*$'
 }
 
 @test "http and https: info (probed and -f), map and checksum read what the server has" {

@@ -7,7 +7,8 @@
 #       variables (URLs, WEB_TLS_CREDS, PIDs) to every test
 #   web_stop                         from teardown_file: stops them by PID
 #   web_log                          the server's access log, one request
-#       a line: status method "target" range="..." bytes scheme conn=N
+#       a line: status method "target" range="..." bytes scheme conn=N,
+#       written when nginx is done with the request (poll: web_logged)
 #
 # A missing nginx or certtool fails the suite: CI installs them
 # (scripts/dev.sh), and a skipped suite proves nothing.
@@ -33,4 +34,9 @@ web_stop() {
 
 web_log() {
     cat "$WEB_DIR/access.log"
+}
+
+# web_logged REGEX: the access log has a line that matches (grep -E).
+web_logged() {
+    grep -qE -- "$1" "$WEB_DIR/access.log"
 }
