@@ -117,6 +117,11 @@ struct blk_driver {
     bool (*claims)(const char *filename);
     /* Protocols: the names it claims, for messages ("NBD URIs (nbd://...)"). */
     const char *names_help;
+    /* Protocols: the bytes come from a server someone else may run (a
+     * web server, an NBD export), so an image read through it may not
+     * name anything of this host: no backing file, parent or extent
+     * (formats/named-file.c). */
+    bool remote;
     /* Probe score for format detection from the first BLK_PROBE_BYTES of
      * the image (zero-padded past its end) and its name (NULL when a write
      * is checked): 0 = not this format, 1 = anything (raw), 100 = certain.

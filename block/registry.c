@@ -5,7 +5,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -95,9 +94,8 @@ const struct blk_driver *blk_protocol_for(const char *filename)
                 snprintf(known + used, sizeof known - used, ", %s", drivers[i]->names_help);
             }
         }
-        err_setx(EPROTONOSUPPORT, "%s: diskimg cannot open %.*s:// URLs; it opens %s%s", filename,
-                 (int)scheme, filename, known,
-                 strncasecmp(filename, "http", 4) == 0 ? " (download the image first)" : "");
+        err_setx(EPROTONOSUPPORT, "%s: diskimg cannot open %.*s:// URLs; it opens %s", filename,
+                 (int)scheme, filename, known);
         return NULL;
     }
     return blk_find_driver("file");

@@ -51,6 +51,25 @@ static bool plain_file_name(const char *name)
     return name[0] && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
+/* An image read from someone else's server names nothing of this host:
+ * a web server must not make a copy of its image carry /home/x/.ssh/id_rsa
+ * or a disk of the user's Ceph cluster along as backing data. */
+static int refuse_name_from_remote(const char *driver, const char *what, const char *image,
+                                   const char *name)
+{
+    const struct blk_driver *proto = blk_protocol_for(image);
+
+    err_clear(); /* blk_protocol_for's message for a URL nobody claims */
+    if (!proto || !proto->remote) {
+        return 0;
+    }
+    CLEANUP_FREE char *esc = str_escape(name);
+    return err_setx(EPERM,
+                    "%s: %s '%s' is not opened: an image read from a server (%s) may not name "
+                    "files or images of this host (download it first)",
+                    driver, what, esc ? esc : "?", proto->name);
+}
+
 int fmt_named_path(const char *driver, const char *what, const char *image, const char *name,
                    unsigned flags, char **out)
 {
@@ -63,6 +82,9 @@ int fmt_named_path(const char *driver, const char *what, const char *image, cons
                 "%s: %s '%s' is not a plain rbd:POOL/IMAGE[@SNAP] name: an image "
                 "may not say where or as whom to connect (the cluster comes from CEPH_CONF)",
                 driver, what, esc ? esc : "?");
+        }
+        if (refuse_name_from_remote(driver, what, image, name) < 0) {
+            return -EPERM;
         }
         *out = strdup(name);
         return *out ? 0 : err_set(ENOMEM, "%s: %s path", driver, what);
@@ -88,6 +110,9 @@ int fmt_named_path(const char *driver, const char *what, const char *image, cons
                         "%s: %s '%s' is relative, and an image that is no local file "
                         "has no directory to find it in",
                         driver, what, esc ? esc : "?");
+    }
+    if (refuse_name_from_remote(driver, what, image, name) < 0) {
+        return -EPERM;
     }
     if (name[0] == '/' || !strchr(image, '/')) {
         /* absolute, or relative to an image in the current directory */

@@ -33,7 +33,8 @@ bool fmt_names_rbd(const char *name);
  * "DRIVER: WHAT 'NAME' names a protocol, ...".  -ENOTSUP or -EPERM with
  * a message when the name is refused; -ENOTDIR when it is relative and
  * the image is no local file (an NBD export) with a directory to resolve
- * it in. */
+ * it in; -EPERM for any other name when the image comes from a server
+ * (its protocol driver is 'remote': http, NBD). */
 int fmt_named_path(const char *driver, const char *what, const char *image, const char *name,
                    unsigned flags, char **out);
 

@@ -507,6 +507,7 @@ static int nbd_drv_open(struct blk_node *n, const struct blk_open_opts *opts)
 static const struct blk_driver nbd_driver = {
     .name = "nbd",
     .claims = nbd_uri_is,
+    .remote = true,
     .names_help = "NBD URIs (nbd://, nbds://, nbd+unix://, nbds+unix://, nbd:unix:PATH, "
                   "nbd:HOST:PORT)",
     .state_size = sizeof(struct nbd_drv),

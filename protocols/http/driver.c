@@ -438,6 +438,7 @@ static bool http_claims(const char *filename)
 static const struct blk_driver http_driver = {
     .name = "http",
     .claims = http_claims,
+    .remote = true,
     .names_help = "HTTP(S) URLs (http://, https://; read-only)",
     .state_size = sizeof(struct http_drv),
     .options = http_options,

@@ -143,7 +143,7 @@ fails_with() {
     fails_with "read-only" "$DISKIMG" resize "$WEB_HTTP/disk.raw" 2M
 }
 
-@test "a qcow2 on a web server that names a backing file: relative refused, --untrusted opens no local file" {
+@test "a qcow2 on a web server that names a backing file: neither a relative nor a local file opens" {
     local out=$TEST_DIR/out.raw
     truncate -s 1M "$TEST_DIR/local.raw"
     qemu-img create -q -f qcow2 -b "$TEST_DIR/local.raw" -F raw "$WEB_ROOT/abs.qcow2"
@@ -153,10 +153,22 @@ fails_with() {
     fails_with "$WEB_HTTP/rel.qcow2?...: qcow2: backing file 'disk.raw' is relative*" \
         "$DISKIMG" convert -O raw "$WEB_HTTP/rel.qcow2?$SIG" "$out"
     [[ ! -e $out ]]
-    # an untrusted remote image opens no local file it names
+    # a remote image opens no local file it names (qemu-img would copy
+    # the local file's bytes into the output), trusted or not
+    fails_with "$WEB_HTTP/abs.qcow2?...: qcow2: backing file '$TEST_DIR/local.raw' is not opened: an image read from a server (http) may not name files or images of this host*" \
+        "$DISKIMG" convert -O raw "$WEB_HTTP/abs.qcow2?$SIG" "$out"
+    [[ ! -e $out ]]
     fails_with "refusing to open backing file '$TEST_DIR/local.raw'*" \
         "$DISKIMG" convert --untrusted -O raw "$WEB_HTTP/abs.qcow2?$SIG" "$out"
     [[ ! -e $out ]]
+    # nor a cluster image
+    qemu-img create -q -f qcow2 -u -b rbd:rbd/base -F raw "$WEB_ROOT/rbd.qcow2" 1M
+    fails_with "*backing file 'rbd:rbd/base' is not opened: an image read from a server (http)*" \
+        "$DISKIMG" convert -f qcow2 -O raw "$WEB_HTTP/rbd.qcow2" "$out"
+    [[ ! -e $out ]]
+    # info still shows the names, as qemu-img does
+    "$DISKIMG" info --output=json "$WEB_HTTP/abs.qcow2" | jq -e --arg f "$TEST_DIR/local.raw" \
+        '."backing-filename" == $f and ."full-backing-filename" == $f'
 }
 
 @test "a file replaced on the server while served: reads fail (412), never a mix of two files" {

@@ -103,12 +103,24 @@ chain() {
     [[ "$output" == *"cannot be created"* ]]
 }
 
-@test "messages: http(s) and other URLs say what diskimg opens instead of 'No such file'" {
+@test "messages: a qcow2 read over NBD opens no file it names" {
+    truncate -s 1M "$TEST_DIR/base.raw"
+    qemu-img create -q -f qcow2 -b "$TEST_DIR/base.raw" -F raw "$TEST_DIR/top.qcow2"
+    # the qcow2 file exported as raw bytes: the client reads the format
+    start_server -r -t -f raw "$TEST_DIR/top.qcow2"
+    run -1 "$DISKIMG" convert -f qcow2 -O raw "nbd+unix:///?socket=$SOCK" "$TEST_DIR/o.raw"
+    [[ "$output" == *"qcow2: backing file '$TEST_DIR/base.raw' is not opened: an image read from a server (nbd) may not name files or images of this host (download it first)" ]]
+    [[ ! -e $TEST_DIR/o.raw ]]
+    stop_server
+}
+
+@test "messages: URLs of other protocols say what diskimg opens instead of 'No such file'" {
     truncate -s 1M "$TEST_DIR/d.img"
-    run -1 "$DISKIMG" info https://example.invalid/cloud.qcow2
-    [[ "$output" == "diskimg: https://example.invalid/cloud.qcow2: diskimg cannot open https:// URLs; it opens local files, NBD URIs"*"(download the image first)" ]]
-    run -1 "$DISKIMG" convert -O raw http://example.invalid/x.img "$TEST_DIR/o.img"
-    [[ "$output" == *"cannot open http:// URLs"* ]]
+    run -1 "$DISKIMG" info sftp://example.invalid/cloud.qcow2
+    [[ "$output" == "diskimg: sftp://example.invalid/cloud.qcow2: diskimg cannot open sftp:// URLs; it opens local files, NBD URIs"*"HTTP(S) URLs"* ]]
+    run -1 "$DISKIMG" convert -O raw gopher://example.invalid/x.img "$TEST_DIR/o.img"
+    [[ "$output" == *"cannot open gopher:// URLs"* ]]
+    [[ ! -e $TEST_DIR/o.img ]]
     run -1 "$DISKIMG" convert -f raw -O qcow2 "$TEST_DIR/d.img" s3://bucket/x.qcow2
     [[ "$output" == *"s3://bucket/x.qcow2: diskimg cannot open s3:// URLs"* ]]
     run -1 "$DISKIMG" create -f qcow2 ftp://host/x.qcow2 1G
