@@ -84,6 +84,27 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold)
     return r;
 }
 
+/* Open the new, empty protocol node and let the format write itself
+ * into it, durably. */
+static int format_new_node(const struct blk_driver *drv, const struct blk_driver *proto,
+                           const struct blk_open_opts *fo, const struct blk_create_opts *o,
+                           char **summary)
+{
+    struct blk_node *file = NULL;
+    int r = blk_node_open(&file, proto, NULL, fo);
+
+    if (r < 0) {
+        return r;
+    }
+    file->growable = true;
+    r = drv->create(file, o, summary);
+    if (r == 0) {
+        r = blk_flush(file);
+    }
+    blk_node_close(file);
+    return r;
+}
+
 /* An image of a protocol that makes its own (rbd): created empty, then
  * opened as a writer (its lock taken) and formatted; removed again if
  * anything fails.  There is no file lock to keep for the caller. */
@@ -96,22 +117,13 @@ static int create_on_protocol(const struct blk_driver *drv, const struct blk_dri
                   .shared = BLK_PERM_SHARED_DEFAULT,
                   .shared_here = BLK_PERM_SHARED_DEFAULT},
     };
-    struct blk_node *file = NULL;
     int r;
 
     r = proto->create_node(o->filename, NULL, 0);
     if (r < 0) {
         return r;
     }
-    r = blk_node_open(&file, proto, NULL, &fo);
-    if (r == 0) {
-        file->growable = true;
-        r = drv->create(file, o, summary);
-        if (r == 0) {
-            r = blk_flush(file);
-        }
-        blk_node_close(file);
-    }
+    r = format_new_node(drv, proto, &fo, o, summary);
     if (r < 0 && proto->remove_node) {
         char saved[512];
         snprintf(saved, sizeof saved, "%s", err_msg());
@@ -127,7 +139,6 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     /* Every open of the new file below is covered by the hold. */
     struct blk_open_opts fo = {.filename = o->filename, .no_lock = true};
     struct blk_file_lock *hold = NULL;
-    struct blk_node *file = NULL;
     char formats[128];
     int r;
 
@@ -162,15 +173,7 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (r < 0) {
         return r;
     }
-    r = blk_node_open(&file, blk_find_driver("file"), NULL, &fo);
-    if (r == 0) {
-        file->growable = true;
-        r = drv->create(file, o, summary);
-        if (r == 0) {
-            r = blk_flush(file);
-        }
-        blk_node_close(file);
-    }
+    r = format_new_node(drv, blk_find_driver("file"), &fo, o, summary);
     if (r < 0) {
         unlink(o->filename); /* no half-formatted image, as qemu-img does */
     }
