@@ -241,6 +241,12 @@ uint64_t blk_image_cluster_size(struct blk_image *img);
 /* The image takes data only as compressed clusters (blk_copy compresses
  * for it without being asked). */
 bool blk_image_compressed_only(const struct blk_image *img);
+/* The bytes live on a server (an NBD export, a web server): a protocol
+ * driver marked remote is somewhere in the image's stack. */
+bool blk_image_remote(const struct blk_image *img);
+/* The smallest copy_request_size of the drivers in the image's stack
+ * (0: none asks for one). */
+uint64_t blk_image_copy_request_size(const struct blk_image *img);
 /* Can images of this format store compressed clusters (convert -c)? */
 bool blk_format_can_compress(const char *format);
 /* Honours --discard: a no-op (success) with discard=ignore. */
@@ -398,13 +404,13 @@ bool blk_format_has_bitmaps(const char *format);
 /* ---- Copying (convert) ---- */
 
 struct blk_copy_opts {
-    unsigned workers;     /* requests in flight (-m) */
+    unsigned workers;     /* requests in flight (-m; 0: 8, 16 with small requests) */
     bool out_of_order;    /* -W: writes need not land in order */
     uint64_t min_sparse;  /* -S: zero runs at least this long are not written (0: all) */
     bool target_is_zero;  /* zero ranges need no writing at all */
     bool compress;        /* -c: whole clusters, compressed */
     bool top_only;        /* -B: only what the source's top layer holds */
-    uint64_t buffer_size; /* bytes per request (default 2 MiB) */
+    uint64_t buffer_size; /* bytes per request (0: 2 MiB, or what a driver asks for) */
     /* Called from worker threads with the bytes done so far. */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;

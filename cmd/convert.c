@@ -31,7 +31,9 @@
 #include "common/util.h"
 #include "nbd/uri.h"
 
+/* -m: what blk_copy picks when it is not given (workers = 0) */
 #define DEFAULT_WORKERS 8
+#define NBD_WORKERS 16
 /* Stopped by a signal: 128 + its number, as a shell reports it (130 for
  * SIGINT, 143 for SIGTERM). */
 static volatile sig_atomic_t convert_cancel;
@@ -65,9 +67,11 @@ static void convert_usage(FILE *f)
             "                    page cache as soon as they are on disk)\n"
             "  -T CACHE          source cache mode (default: writeback, streaming: data\n"
             "                    read into the page cache leaves it once read)\n"
-            "  -W                allow out-of-order writes\n"
-            "  -m N              requests in flight, 1 to 64 (default %d); workers: at\n"
-            "                    least one per usable CPU (taskset, cgroup quota)\n"
+            "  -W                allow out-of-order writes (into an NBD export, in-order\n"
+            "                    writes are sent in order and overlap)\n"
+            "  -m N              requests in flight, 1 to 64 (default %d; %d of 256 KiB\n"
+            "                    with an NBD image); workers: at least one per usable\n"
+            "                    CPU (taskset, cgroup quota)\n"
             "  -r RATE           write at most RATE bytes a second (k, M, G... suffixes)\n"
             "  -C                copy offloading: the kernel copies data extents between\n"
             "                    files (copy_file_range, reflinks where the file system\n"
@@ -109,7 +113,7 @@ static void convert_usage(FILE *f)
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails; one that another process uses\n"
             "is left alone.  See diskimg-convert(1).\n",
-            DEFAULT_WORKERS, target_names());
+            DEFAULT_WORKERS, NBD_WORKERS, target_names());
 }
 
 static void on_signal(int sig)
@@ -480,7 +484,7 @@ static int convert_run(int argc, char **argv)
                 .discard = BLK_DISCARD_UNMAP,
                 .options = CMD_BULK_OPTIONS},
         .create = {.format = "raw"},
-        .copy = {.workers = DEFAULT_WORKERS, .min_sparse = 4096},
+        .copy = {.workers = 0, .min_sparse = 4096},
         .create_target = true,
     };
     struct blk_image *src = NULL, *dst = NULL;

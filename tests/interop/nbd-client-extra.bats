@@ -5,7 +5,8 @@
 # exports with a minimum block size, a server without flush/FUA/trim
 # (nbd-server's plain config), the EXPORT_NAME and simple-reply fallbacks,
 # an oldstyle server, an X.509 TLS-only server, SIGINT while a server
-# stalls the handshake, and a server dying under convert -n.
+# stalls the handshake, a server dying under convert -n, and the shape of
+# an NBD -> NBD copy (request size, flushes as it goes).
 
 load '../helpers'
 load 'lib'
@@ -375,11 +376,12 @@ EOF
     grep -v '"progress"' "$TEST_DIR/err" | grep -E "lost|closed"
     [[ -e "$TEST_DIR/keep.raw" && $(stat -c %s "$TEST_DIR/keep.raw") -eq $((256 * MiB)) ]]
     # What was copied before the server died is there: the first claim
-    # (2 MiB) was written before the first progress line.  nbdkit's
-    # pattern: each 8-byte word is its own offset, big-endian.
+    # (256 KiB from an NBD source) was written before the first progress
+    # line.  nbdkit's pattern: each 8-byte word is its own offset,
+    # big-endian.
     "$PYTHON3" -c '
 import struct, sys
-d = open(sys.argv[1], "rb").read(2 << 20)
+d = open(sys.argv[1], "rb").read(256 << 10)
 bad = [i for i in range(0, len(d), 8) if struct.unpack(">Q", d[i:i + 8])[0] != i]
 assert not bad, "first bad word at %d" % bad[0]' "$TEST_DIR/keep.raw"
 }
@@ -441,4 +443,36 @@ time.sleep(120)
     [[ $status -eq 1 ]]
     [[ "$stderr" == *"nbd+unix socket $SOCK: the NBD server accepted the connection but sent no greeting within 30 s: it probably serves as many clients as it allows (qemu-nbd and diskimg serve take one unless started with -e N / --shared=N)"* ]]
     [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+}
+
+@test "NBD -> NBD convert: 256 KiB writes, the target flushed as the copy goes, data intact" {
+    # 80 MiB of data, a hole, then data again: the copy reads block
+    # status, writes requests of at most 256 KiB (several in flight, in
+    # order), and flushes the target every 32 MiB besides the final flush.
+    head -c $((40 * MiB)) /dev/urandom >"$TEST_DIR/s.raw"
+    truncate -s $((48 * MiB)) "$TEST_DIR/s.raw"
+    head -c $((40 * MiB)) /dev/urandom >>"$TEST_DIR/s.raw"
+    truncate -s $((88 * MiB)) "$TEST_DIR/t.raw"
+    start_extra_server "$TEST_DIR/s.sock" -t -e 0 -r -f raw "$TEST_DIR/s.raw"
+    start_server -e 0 --stats="$TEST_DIR/t.json" -f raw "$TEST_DIR/t.raw"
+    "$DISKIMG" convert -n -f raw -O raw "nbd+unix:///?socket=$TEST_DIR/s.sock" "$URI"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    [[ $EXIT_STATUS -eq 0 ]]
+    cmp "$TEST_DIR/s.raw" "$TEST_DIR/t.raw"
+    local c='d["commands"]'
+    [[ $(json_get "$(cat "$TEST_DIR/t.json")" "$c[\"NBD_CMD_WRITE\"][\"bytes\"]") -eq $((80 * MiB)) ]]
+    [[ $(json_get "$(cat "$TEST_DIR/t.json")" "$c[\"NBD_CMD_WRITE\"][\"count\"]") -ge 320 ]]
+    local flushes
+    flushes=$(json_get "$(cat "$TEST_DIR/t.json")" "$c[\"NBD_CMD_FLUSH\"][\"count\"]")
+    [[ $flushes -ge 3 ]] || { echo "$flushes flush(es) for an 80 MiB copy" >&2; return 1; }
+
+    # -m 1: one request at a time, the same bytes.
+    truncate -s 0 "$TEST_DIR/t.raw"
+    truncate -s $((88 * MiB)) "$TEST_DIR/t.raw"
+    start_server -e 0 -f raw "$TEST_DIR/t.raw"
+    "$DISKIMG" convert -m 1 -n -f raw -O raw "nbd+unix:///?socket=$TEST_DIR/s.sock" "$URI"
+    wait_exit "$SERVER_PID" 30
+    SERVER_PID=
+    cmp "$TEST_DIR/s.raw" "$TEST_DIR/t.raw"
 }
