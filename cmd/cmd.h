@@ -156,22 +156,22 @@ const char *cmd_image_name(const struct blk_image_opts *o, const struct blk_imag
 /* A content checksum (BLK_CHECKSUM_LEN bytes) as sha256sum prints one:
  * "HASH  NAME", NAME escaped as sha256sum escapes it. */
 void cmd_print_checksum(FILE *f, const uint8_t *sum, const char *name);
-/* Reproducible output (convert, create; cmd/reproducible.c): on with
+/* Reproducible output (convert, create; cmd/repro-output.c): on with
  * --reproducible (flag) or whenever SOURCE_DATE_EPOCH is set; sets
  * o->reproducible and o->epoch (the variable, else 0).  Returns 0, or
  * EXIT_USAGE after one line naming a malformed SOURCE_DATE_EPOCH. */
 struct blk_create_opts;
-int cmd_reproducible(bool flag, struct blk_create_opts *o);
+int cmd_repro_setup(bool flag, struct blk_create_opts *o);
 /* Reproducible output writes every target but raw in order: clears
  * *out_of_order (-W) for them, saying so unless quiet. */
-void cmd_reproducible_order(const struct blk_create_opts *o, const char *format, bool quiet,
-                            bool *out_of_order);
+void cmd_repro_order(const struct blk_create_opts *o, const char *format, bool quiet,
+                     bool *out_of_order);
 /* After convert's copy: the target's IDs from its content checksum
  * (content, BLK_CHECKSUM_LEN bytes; NULL: computed here by reading the
  * target), the creation options and its size. */
 struct blk_image;
-int cmd_reproducible_identity(const struct blk_create_opts *o, struct blk_image *dst,
-                              const uint8_t *content);
+int cmd_repro_identity(const struct blk_create_opts *o, struct blk_image *dst,
+                       const uint8_t *content);
 enum { CMD_OPT_REPRODUCIBLE = 0x4200 };
 #define CMD_REPRODUCIBLE_LONGOPT                                                                   \
     {                                                                                              \

@@ -452,9 +452,9 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
                                "(%s has none)",
                                o->create.format);
     }
-    r = cmd_reproducible(o->reproducible, &o->create);
+    r = cmd_repro_setup(o->reproducible, &o->create);
     if (r == 0) {
-        cmd_reproducible_order(&o->create, o->dst.format, o->quiet, &o->copy.out_of_order);
+        cmd_repro_order(&o->create, o->dst.format, o->quiet, &o->copy.out_of_order);
     }
     return r;
 }
@@ -593,7 +593,7 @@ static int convert_run(int argc, char **argv)
             r = convert_bitmaps_copy(src, dst);
         }
         if (r == 0 && identity) {
-            r = cmd_reproducible_identity(&o.create, dst, copy.checksum);
+            r = cmd_repro_identity(&o.create, dst, copy.checksum);
         }
         if (r == 0) {
             r = blk_image_flush(dst); /* durable before we say so */

@@ -119,7 +119,7 @@ static int create_run(int argc, char **argv)
                                          "opened");
     }
     o.no_open_backing = unsafe_backing;
-    if ((r = cmd_reproducible(reproducible, &o)) != 0) {
+    if ((r = cmd_repro_setup(reproducible, &o)) != 0) {
         return r;
     }
     if (nbd_uri_is(o.filename)) {

@@ -1,4 +1,4 @@
-/* cmd/reproducible.c: --reproducible and SOURCE_DATE_EPOCH for convert
+/* cmd/repro-output.c: --reproducible and SOURCE_DATE_EPOCH for convert
  * and create.  The variable is read once, before any image is opened,
  * through common/epoch.c (the GCE tar.gz writer reads it there too), and
  * handed down in blk_create_opts; the block layer and the formats never
@@ -11,7 +11,7 @@
 #include "common/epoch.h"
 #include "common/error.h"
 
-int cmd_reproducible(bool flag, struct blk_create_opts *o)
+int cmd_repro_setup(bool flag, struct blk_create_opts *o)
 {
     struct repro_epoch e;
 
@@ -27,8 +27,8 @@ int cmd_reproducible(bool flag, struct blk_create_opts *o)
 /* Formats lay blocks out in the order writes allocate them, so -W (writes
  * in completion order) would make the file depend on thread timing.  Only
  * raw puts every byte at its guest offset whatever the order. */
-void cmd_reproducible_order(const struct blk_create_opts *o, const char *format, bool quiet,
-                            bool *out_of_order)
+void cmd_repro_order(const struct blk_create_opts *o, const char *format, bool quiet,
+                     bool *out_of_order)
 {
     if (!o->reproducible || !*out_of_order || strcmp(format, "raw") == 0) {
         return;
@@ -42,8 +42,8 @@ void cmd_reproducible_order(const struct blk_create_opts *o, const char *format,
     }
 }
 
-int cmd_reproducible_identity(const struct blk_create_opts *o, struct blk_image *dst,
-                              const uint8_t *content)
+int cmd_repro_identity(const struct blk_create_opts *o, struct blk_image *dst,
+                       const uint8_t *content)
 {
     uint8_t seed[BLK_SEED_LEN], sum[BLK_CHECKSUM_LEN];
     int r = 0;
