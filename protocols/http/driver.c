@@ -435,18 +435,17 @@ static bool http_claims(const char *filename)
     return http_url_is(filename);
 }
 
+/* What "http" and "https" share: one driver under two names. */
+#define HTTP_DRIVER_OPS                                                                            \
+    .remote = true, .state_size = sizeof(struct http_drv), .options = http_options,                \
+    .open = http_open, .close = http_close, .preadv = http_preadv, .get_length = http_get_length,  \
+    .block_status = http_block_status
+
 static const struct blk_driver http_driver = {
     .name = "http",
     .claims = http_claims,
-    .remote = true,
     .names_help = "HTTP(S) URLs (http://, https://; read-only)",
-    .state_size = sizeof(struct http_drv),
-    .options = http_options,
-    .open = http_open,
-    .close = http_close,
-    .preadv = http_preadv,
-    .get_length = http_get_length,
-    .block_status = http_block_status,
+    HTTP_DRIVER_OPS,
 };
 BLK_REGISTER_DRIVER(http_driver)
 
@@ -454,12 +453,6 @@ BLK_REGISTER_DRIVER(http_driver)
  * claims no names: "http" claims both schemes. */
 static const struct blk_driver https_driver = {
     .name = "https",
-    .state_size = sizeof(struct http_drv),
-    .options = http_options,
-    .open = http_open,
-    .close = http_close,
-    .preadv = http_preadv,
-    .get_length = http_get_length,
-    .block_status = http_block_status,
+    HTTP_DRIVER_OPS,
 };
 BLK_REGISTER_DRIVER(https_driver)
