@@ -1,5 +1,7 @@
 /* protocols/rbd/rbd.c: the "rbd" protocol driver, Ceph RBD images
- * through librbd (names: name.h; the cluster: connect.c).
+ * through librbd (names: name.h; the cluster: connect.c).  Built into a
+ * module, diskimg-rbd.so, that the program loads on first use
+ * (loader.c).
  *
  * Locking.  A user that writes or resizes the image holds RBD's
  * exclusive lock (rbd_lock_acquire), taken at open before any byte is
@@ -33,22 +35,7 @@
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/util.h"
-
-/* --image-opts keys (qemu's spellings); ignored when a name is given. */
-static const struct blk_opt_desc rbd_options[] = {
-    {.key = "pool", .type = BLK_OPT_STRING},
-    {.key = "namespace", .type = BLK_OPT_STRING},
-    {.key = "image", .type = BLK_OPT_STRING},
-    {.key = "snapshot", .type = BLK_OPT_STRING},
-    {.key = "conf", .type = BLK_OPT_STRING},
-    {.key = "user", .type = BLK_OPT_STRING},
-    {NULL},
-};
-
-static bool rbd_claims(const char *filename)
-{
-    return rbd_name_is(filename);
-}
+#include "module.h"
 
 int rbd_drv_name(struct rbd_drv *d, const char *filename, const struct blk_kvlist *options)
 {
@@ -463,10 +450,7 @@ static int rbd_drv_truncate(struct blk_node *n, uint64_t len)
 
 static const struct blk_driver rbd_driver = {
     .name = "rbd",
-    .claims = rbd_claims,
-    .names_help = "Ceph RBD images (rbd:POOL/IMAGE)",
     .state_size = sizeof(struct rbd_drv),
-    .options = rbd_options,
     .set_perm = rbd_set_perm,
     .open = rbd_open_node,
     .close = rbd_drv_close,
@@ -484,4 +468,11 @@ static const struct blk_driver rbd_driver = {
     .remove_node = rbd_remove_node,
 };
 
-BLK_REGISTER_DRIVER(rbd_driver)
+/* Not registered: the registry's "rbd" entry (loader.c) claims the names,
+ * declares the options, and forwards each op to this table, so an op
+ * added here needs its forwarder there. */
+__attribute__((visibility("default"))) const struct rbd_module diskimg_rbd_module = {
+    .version = DISKIMG_VERSION,
+    .sizes = RBD_MODULE_SIZES,
+    .driver = &rbd_driver,
+};
