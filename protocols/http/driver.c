@@ -1,5 +1,6 @@
 /* protocols/http/driver.c: the read-only "http" and "https" protocol
- * drivers.  An image named by an http:// or https:// URL is read with
+ * drivers, built into a module, diskimg-http.so, that the program loads
+ * on first use (loader.c).  An image named by an http:// or https:// URL is read with
  * range requests (conn.c), so every read-only subcommand works on images
  * on a web server or in an object store.
  *
@@ -25,6 +26,7 @@
 #include "common/url-redact.h"
 #include "common/util.h"
 #include "conn.h"
+#include "protocols/module.h"
 
 #define MAX_CONNS 16
 #define DEFAULT_READAHEAD (256u << 10)
@@ -52,16 +54,6 @@ struct http_drv {
     struct http_slot slots[MAX_CONNS];
     unsigned nslots;
     uint64_t clock;
-};
-
-static const struct blk_opt_desc http_options[] = {
-    {.key = "url", .type = BLK_OPT_STRING},
-    {.key = "readahead", .type = BLK_OPT_SIZE},
-    {.key = "timeout", .type = BLK_OPT_UINT},
-    {.key = "sslverify", .type = BLK_OPT_STRING},
-    /* the subcommands' --tls-creds, offered to every image as for nbd */
-    {.key = "tls-creds", .type = BLK_OPT_STRING, .optional = true},
-    {NULL},
 };
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *opaque)
@@ -430,29 +422,19 @@ static int http_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
     return 0;
 }
 
-static bool http_claims(const char *filename)
-{
-    return http_url_is(filename);
-}
-
-/* What "http" and "https" share: one driver under two names. */
-#define HTTP_DRIVER_OPS                                                                            \
-    .remote = true, .state_size = sizeof(struct http_drv), .options = http_options,                \
-    .open = http_open, .close = http_close, .preadv = http_preadv, .get_length = http_get_length,  \
-    .block_status = http_block_status
-
+/* Not registered: the registry's "http" and "https" entries (loader.c)
+ * claim the names, declare the options, and forward each op to this
+ * table, so an op added here needs its forwarder there.  Both names
+ * share it: the node's driver is the entry, whose name open reads. */
 static const struct blk_driver http_driver = {
     .name = "http",
-    .claims = http_claims,
-    .names_help = "HTTP(S) URLs (http://, https://; read-only)",
-    HTTP_DRIVER_OPS,
+    .remote = true,
+    .state_size = sizeof(struct http_drv),
+    .open = http_open,
+    .close = http_close,
+    .preadv = http_preadv,
+    .get_length = http_get_length,
+    .block_status = http_block_status,
 };
-BLK_REGISTER_DRIVER(http_driver)
 
-/* --image-opts driver=https: the same driver, for https URLs only.  It
- * claims no names: "http" claims both schemes. */
-static const struct blk_driver https_driver = {
-    .name = "https",
-    HTTP_DRIVER_OPS,
-};
-BLK_REGISTER_DRIVER(https_driver)
+PROTO_MODULE_ENTRY(http, http_driver);

@@ -35,7 +35,7 @@
 #include "common/error.h"
 #include "common/escape.h"
 #include "common/util.h"
-#include "module.h"
+#include "protocols/module.h"
 
 int rbd_drv_name(struct rbd_drv *d, const char *filename, const struct blk_kvlist *options)
 {
@@ -471,8 +471,4 @@ static const struct blk_driver rbd_driver = {
 /* Not registered: the registry's "rbd" entry (loader.c) claims the names,
  * declares the options, and forwards each op to this table, so an op
  * added here needs its forwarder there. */
-__attribute__((visibility("default"))) const struct rbd_module diskimg_rbd_module = {
-    .version = DISKIMG_VERSION,
-    .sizes = RBD_MODULE_SIZES,
-    .driver = &rbd_driver,
-};
+PROTO_MODULE_ENTRY(rbd, rbd_driver);
