@@ -6,6 +6,11 @@
  * returns without flushing again, so N concurrent emulated-FUA writes cost
  * about one fdatasync, not N.
  *
+ * A format with nothing of its own to write back (raw: no flush op) passes
+ * the flush straight down, without taking its lock: serialising there
+ * would hide concurrent callers from the file's coalescing, and N
+ * emulated-FUA writes would cost N fdatasyncs again.
+ *
  * cache=unsafe sets no_flush on protocol nodes: their flush is skipped,
  * while format nodes still write their caches back (qemu's BDRV_O_NO_FLUSH). */
 #include <stdatomic.h>
@@ -21,6 +26,9 @@ int blk_flush(struct blk_node *n)
     if (n->no_flush && !n->drv->is_format) {
         atomic_fetch_add_explicit(&n->stats.flushes_skipped, 1, memory_order_relaxed);
         return 0;
+    }
+    if (n->drv->is_format && !n->drv->flush) {
+        return n->file ? blk_flush(n->file) : 0;
     }
     LOCK_GUARD(&n->flush_lock);
     if (n->flushed_gen >= mine && !n->drv->is_format) {
