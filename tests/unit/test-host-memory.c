@@ -14,7 +14,7 @@ static void test_features(void)
     CHECK(!virtio_balloon_reports_free_pages(
         "0110000100000000000000000000000010000000000000000000000000000000\n"));
     CHECK(virtio_balloon_reports_free_pages("000001"));
-    CHECK(!virtio_balloon_reports_free_pages("00000"));   /* too short */
+    CHECK(!virtio_balloon_reports_free_pages("00000")); /* too short */
     CHECK(!virtio_balloon_reports_free_pages(""));
     CHECK(!virtio_balloon_reports_free_pages("0x0021")); /* not the sysfs format */
     CHECK(!virtio_balloon_reports_free_pages("00 001"));
