@@ -63,13 +63,6 @@
  * kernel in pieces of at most this size. */
 #define FILE_BUFFERED_PIECE (256u << 10)
 
-/* The largest buffered write handed to the kernel at once, 0 for no
- * limit (see the top of the file). */
-static uint64_t file_buffered_piece(void)
-{
-    return host_reclaims_free_pages() ? FILE_BUFFERED_PIECE : 0;
-}
-
 struct file_state {
     int fd;
     int tail_fd; /* buffered, for the unaligned tail with O_DIRECT; -1 */
@@ -80,6 +73,7 @@ struct file_state {
     _Atomic bool no_zero_range; /* learnt: fallocate(ZERO_RANGE) unsupported */
     _Atomic bool no_punch_hole; /* learnt: fallocate(PUNCH_HOLE) unsupported */
     bool serial_big_writes;     /* buffered regular file: see the top of the file */
+    uint64_t buffered_piece;    /* largest buffered write at once (0: whole) */
     struct file_stream stream;  /* opts->stream (file-posix-stream.c) */
     pthread_mutex_t big_write_lock;
     struct blk_file_lock *lock; /* qemu's image locks (file-lock.h) */
@@ -153,6 +147,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
 
     s->fd = s->tail_fd = -1;
     s->direct = opts->direct;
+    s->buffered_piece = host_reclaims_free_pages() ? FILE_BUFFERED_PIECE : 0;
     s->engine = &file_engine_threads;
     if (opts->aio == BLK_AIO_IO_URING) {
 #ifdef HAVE_LIBURING
@@ -201,7 +196,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
         /* Longer buffered FUA writes are written in pieces and flushed by
          * the generic layer (one RWF_DSYNC write would be one large folio,
          * see the top of the file). */
-        n->native_fua_max = s->direct ? 0 : file_buffered_piece();
+        n->native_fua_max = s->direct ? 0 : s->buffered_piece;
     }
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;
     return 0;
@@ -355,10 +350,8 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struc
     /* Buffered writes go to the kernel in pieces (see the top of the
      * file); a FUA write (at most native_fua_max) stays whole, so it syncs
      * once. */
-    uint64_t piece_max = (fd != s->fd || !s->direct) && !rwf ? file_buffered_piece() : 0;
-    if (piece_max == 0) {
-        piece_max = UINT64_MAX;
-    }
+    bool buffered = (fd != s->fd || !s->direct) && !rwf;
+    uint64_t piece_max = buffered && s->buffered_piece ? s->buffered_piece : UINT64_MAX;
     while (left > 0) {
         struct iovec piece[FILE_IOV_MAX];
         const struct iovec *wiov = iov;
