@@ -403,8 +403,14 @@ bool blk_format_has_bitmaps(const char *format);
 
 /* ---- Copying (convert) ---- */
 
+/* Requests in flight when blk_copy_opts.workers is 0: the default, and
+ * with a driver's smaller requests (NBD: 256 KiB), more of them, so that
+ * each of its connections has some in flight both ways. */
+#define BLK_COPY_DEFAULT_IN_FLIGHT 8
+#define BLK_COPY_SMALL_REQUEST_IN_FLIGHT 16
+
 struct blk_copy_opts {
-    unsigned workers;     /* requests in flight (-m; 0: 8, 16 with small requests) */
+    unsigned workers;     /* requests in flight (-m; 0: BLK_COPY_*_IN_FLIGHT) */
     bool out_of_order;    /* -W: writes need not land in order */
     uint64_t min_sparse;  /* -S: zero runs at least this long are not written (0: all) */
     bool target_is_zero;  /* zero ranges need no writing at all */

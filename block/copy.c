@@ -32,13 +32,9 @@
 #include "common/util.h"
 
 #define DEFAULT_BUFFER (2u << 20)
-#define DEFAULT_IN_FLIGHT 8 /* -m */
 /* A target on a server is flushed after every so many bytes copied
  * (measured: 16 to 64 MiB all beat one flush at the end, nbd-copy.sh). */
 #define EARLY_FLUSH (32ULL << 20)
-/* With a driver's smaller requests (NBD: 256 KiB): more of them, so
- * that each of its connections has some in flight both ways. */
-#define SMALL_REQUEST_IN_FLIGHT 16
 #define MAX_ZERO_CLAIM (1ULL << 30) /* one zero claim at most (progress stays smooth) */
 #define MAX_WORKERS 64              /* -m */
 #define MAX_THREADS 256             /* workers, when there are more CPUs than -m */
@@ -637,7 +633,9 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
     const struct blk_copy_opts *o = &local;
     struct copy c = {.src = src, .dst = dst, .o = o};
     uint64_t small = copy_request_size(src, dst);
-    unsigned m = o->workers ? o->workers : small ? SMALL_REQUEST_IN_FLIGHT : DEFAULT_IN_FLIGHT;
+    unsigned m = o->workers ? o->workers
+                 : small    ? BLK_COPY_SMALL_REQUEST_IN_FLIGHT
+                            : BLK_COPY_DEFAULT_IN_FLIGHT;
     unsigned n;
     pthread_t tid[MAX_THREADS];
     struct worker_arg wa = {&c, NULL};

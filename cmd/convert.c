@@ -31,9 +31,6 @@
 #include "common/util.h"
 #include "nbd/uri.h"
 
-/* -m: what blk_copy picks when it is not given (workers = 0) */
-#define DEFAULT_WORKERS 8
-#define NBD_WORKERS 16
 /* Stopped by a signal: 128 + its number, as a shell reports it (130 for
  * SIGINT, 143 for SIGTERM). */
 static volatile sig_atomic_t convert_cancel;
@@ -113,7 +110,7 @@ static void convert_usage(FILE *f)
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails; one that another process uses\n"
             "is left alone.  See diskimg-convert(1).\n",
-            DEFAULT_WORKERS, NBD_WORKERS, target_names());
+            BLK_COPY_DEFAULT_IN_FLIGHT, BLK_COPY_SMALL_REQUEST_IN_FLIGHT, target_names());
 }
 
 static void on_signal(int sig)
