@@ -32,7 +32,8 @@ same_json() {
 refuse_f() {
     local sub=$1
     shift
-    run -2 "$DISKIMG" "$sub" -f raw "$@"
+    # (timeout: a serve that took both would serve instead of failing)
+    run -2 timeout 20 "$DISKIMG" "$sub" -f raw "$@"
     assert_line --index 0 "diskimg $sub: --image-opts and -f are mutually exclusive"
 }
 
@@ -153,6 +154,7 @@ refuse_f() {
     assert_line --index 0 "diskimg compare: --image-opts and -F are mutually exclusive"
     refuse_f resize --image-opts "$spec" 2M
     refuse_f rebase -u -b '' --image-opts "$spec"
+    refuse_f serve -k "$TEST_DIR/s.sock" --image-opts "$spec"
     # check's usage errors are 1 (2 means corruptions), as qemu-img's
     run -1 "$DISKIMG" check -f raw --image-opts "driver=file,filename=$RAW"
     assert_line --index 0 "diskimg check: --image-opts and -f are mutually exclusive"
