@@ -20,7 +20,8 @@
 #   WEB_OTHER_CA   DIR/tls-other: ca-cert.pem of a CA that did not sign it
 #   WEB_FLAKY      http://127.0.0.1:PORT        scripts/web-flaky.py (not
 #                  with --no-flaky): /fail/N/F answers 503 N times, then
-#                  serves F; /drop/N/F closes the connection N times
+#                  serves F; /drop/N/F closes the connection N times;
+#                  /busy/N/S/F answers 429 with Retry-After: S N times
 #   WEB_REFUSED    http://127.0.0.1:PORT        a port nothing listened on
 #   WEB_ROOT, WEB_NGINX_PID, WEB_FLAKY_PID
 #

@@ -9,11 +9,14 @@ it writes to PORTFILE once it listens.
   /fail/N/PATH   the first N requests answer 503, then PATH is served
   /drop/N/PATH   the first N requests are dropped (connection closed with
                  no answer), then PATH is served
+  /busy/N/S/PATH the first N requests answer 429 with Retry-After: S
+                 (seconds), then PATH is served
 
 Requests are counted per request target, query included: a test that
 adds its own ?query= gets its own count.  Files are served with HEAD,
 GET and single byte ranges (206 and Content-Range), like nginx.  One
-line per request goes to stderr: status, target, Range header.
+line per request goes to stderr: status, target, Range header, and the
+time it came (seconds, monotonic clock).
 """
 
 import http.server
@@ -21,6 +24,7 @@ import os
 import re
 import sys
 import threading
+import time
 import urllib.parse
 
 ROOT = ""
@@ -62,7 +66,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def note(self, status):
         # one write a line, under the lock: threads must not mix lines
-        line = f"{status} {self.path} {self.headers.get('Range', '-')}\n"
+        line = f"{status} {self.path} {self.headers.get('Range', '-')} {time.monotonic():.3f}\n"
         with _lock:
             sys.stderr.write(line)
             sys.stderr.flush()
@@ -80,18 +84,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def answer(self, body):
         target = self.path
         path = urllib.parse.urlsplit(target).path
-        m = re.fullmatch(r"/(fail|drop)/(\d+)(/.*)", path)
+        m = re.fullmatch(r"/(?:(fail|drop)/(\d+)|busy/(\d+)/(\d+))(/.*)", path)
         if not m:
             self.reply(404)
             return
-        if take_failure(target, int(m.group(2))):
-            if m.group(1) == "drop":
+        kind, allowed, after, rest = m.group(1) or "busy", m.group(2) or m.group(3), m.group(4), m.group(5)
+        if take_failure(target, int(allowed)):
+            if kind == "drop":
                 self.note("dropped")
                 self.close_connection = True
-                return
-            self.reply(503)
+            elif kind == "busy":
+                self.reply(429, 0, [("Retry-After", after)])
+            else:
+                self.reply(503)
             return
-        rel = urllib.parse.unquote(m.group(3)).lstrip("/")
+        rel = urllib.parse.unquote(rest).lstrip("/")
         full = os.path.realpath(os.path.join(ROOT, rel))
         if not full.startswith(ROOT + os.sep) or not os.path.isfile(full):
             self.reply(404)

@@ -6,11 +6,14 @@
  * name exactly the range asked for, and the body must be as long as it
  * says.  Transient failures (connection refused or reset, timeouts, 408,
  * 429 and 5xx answers a proxy or an overloaded store gives) are retried
- * a bounded number of times with a growing pause; nothing waits forever,
- * as connects and stalled transfers time out.  Not for the pool or the
+ * a bounded number of times with a growing pause, or the pause the
+ * server's Retry-After asks for (up to RETRY_AFTER_MAX_S: a longer one
+ * gives up at once); nothing waits forever, as connects and stalled
+ * transfers time out.  Not for the pool or the
  * read-ahead: driver.c. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,8 @@
 #define MAX_REDIRECTS 8L
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 2000
+/* The longest Retry-After honoured, as long as a stalled transfer waits. */
+#define RETRY_AFTER_MAX_S 30
 
 struct http_conn {
     CURL *easy;
@@ -36,13 +41,14 @@ struct http_conn {
     /* The request in flight. */
     const struct iovec *iov;
     int iovcnt;
-    uint64_t off;         /* first byte asked for */
-    uint64_t want;        /* bytes asked for */
-    uint64_t got;         /* bytes stored */
-    bool overflow;        /* the body went on past what was asked */
-    bool refused;         /* cut at the first body byte: the status was not 206 */
-    bool stalled;         /* no byte came for timeout_s seconds */
-    uint64_t progress_ns; /* when the last byte came (or the request started) */
+    uint64_t off;           /* first byte asked for */
+    uint64_t want;          /* bytes asked for */
+    uint64_t got;           /* bytes stored */
+    bool overflow;          /* the body went on past what was asked */
+    bool refused;           /* cut at the first body byte: the status was not 206 */
+    bool stalled;           /* no byte came for timeout_s seconds */
+    unsigned retry_after_s; /* a transient answer's Retry-After, 0 if none */
+    uint64_t progress_ns;   /* when the last byte came (or the request started) */
     curl_off_t progress_bytes;
     /* The headers of the last answer (a redirect's are forgotten). */
     bool have_range;
@@ -300,6 +306,29 @@ static bool curl_transient(CURLcode rc)
 
 /* Outcome of one attempt: 0, or -errno with a message, and whether it is
  * worth another try. */
+/* An answer other than 206.  A transient one may say when to ask again
+ * (Retry-After, seconds or a date: libcurl reads both); one that asks
+ * for longer than RETRY_AFTER_MAX_S is not waited for. */
+static int transient_status(struct http_conn *c, long status)
+{
+    const char *d = c->cfg->display;
+    curl_off_t after = 0;
+
+    if (status_transient(status) &&
+        curl_easy_getinfo(c->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0) {
+        if (after > RETRY_AFTER_MAX_S) {
+            c->retry_after_s = UINT_MAX;
+            return err_setx(
+                status_errno(status),
+                "%s: HTTP %ld %s (the server asks to retry after %" CURL_FORMAT_CURL_OFF_T
+                " s, more than %d s)",
+                d, status, status_reason(status), after, RETRY_AFTER_MAX_S);
+        }
+        c->retry_after_s = (unsigned)after;
+    }
+    return err_setx(status_errno(status), "%s: HTTP %ld %s", d, status, status_reason(status));
+}
+
 static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *transient)
 {
     const char *d = c->cfg->display;
@@ -351,7 +380,7 @@ static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *t
     }
     if (status != 206) {
         *transient = status_transient(status);
-        return err_setx(status_errno(status), "%s: HTTP %ld %s", d, status, status_reason(status));
+        return transient_status(c, status);
     }
     return 0;
 }
@@ -436,6 +465,7 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
         curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->if_match);
     }
     c->overflow = c->refused = c->stalled = c->have_range = c->bad_range = c->encoded = false;
+    c->retry_after_s = 0;
     c->etag[0] = '\0';
     c->progress_ns = clock_ns();
     c->progress_bytes = 0;
@@ -451,12 +481,14 @@ static int attempt(struct http_conn *c, uint64_t off, uint64_t len, const struct
     return r < 0 ? r : check_range(c, off, len, ans);
 }
 
-static void backoff(unsigned try)
+/* The pause before attempt try + 1: the server's Retry-After if it gave
+ * one, else a doubling backoff. */
+static void backoff(unsigned try, unsigned retry_after_s)
 {
     unsigned ms = BACKOFF_FIRST_MS << MIN(try, 10u);
     struct timespec ts;
 
-    ms = MIN(ms, (unsigned)BACKOFF_MAX_MS);
+    ms = retry_after_s ? retry_after_s * 1000u : MIN(ms, (unsigned)BACKOFF_MAX_MS);
     ts.tv_sec = ms / 1000;
     ts.tv_nsec = (long)(ms % 1000) * 1000000L;
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
@@ -469,7 +501,7 @@ int http_conn_get(struct http_conn *c, uint64_t off, uint64_t len, const struct 
     for (unsigned try = 0;; try++) {
         bool transient = false;
         int r = attempt(c, off, len, iov, iovcnt, ans, &transient);
-        if (r == 0 || !transient) {
+        if (r == 0 || !transient || c->retry_after_s == UINT_MAX) {
             return r;
         }
         if (try >= c->cfg->retries) {
@@ -477,6 +509,6 @@ int http_conn_get(struct http_conn *c, uint64_t off, uint64_t len, const struct 
             return err_setx(-r, "%s (gave up after %u attempts)", msg ? msg : "?", try + 1);
         }
         log_debug("http: %s; retrying", err_msg());
-        backoff(try);
+        backoff(try, c->retry_after_s);
     }
 }

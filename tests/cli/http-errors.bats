@@ -135,6 +135,24 @@ fails_with() {
     assert_output --regexp "^diskimg: $WEB_REFUSED/disk.qcow2\?\.\.\.: .*(onnect|refused)"
 }
 
+@test "Retry-After: a transient answer's pause is waited for, a long one gives up at once" {
+    local u=$WEB_FLAKY out=$TEST_DIR/out.raw log=$BATS_FILE_TMPDIR/web/flaky.log
+    local t="/busy/1/2/disk.qcow2?ra=2"
+    run -0 "$DISKIMG" convert -O raw "$u$t" "$out"
+    cmp "$out" "$WEB_ROOT/disk.raw"
+    # the second request came at least the 2 s asked for after the 429
+    # (without Retry-After the first pause is 0.1 s)
+    local times
+    times=$(grep -F " $t " "$log" | head -2 | awk '{print $1, $NF}')
+    assert_equal "$(echo "$times" | cut -d' ' -f1 | tr '\n' ' ')" "429 206 "
+    echo "$times" | awk 'NR == 1 {t = $2} NR == 2 {exit !($2 - t >= 2)}'
+    # an hour is not waited for: one request, one line, exit 1
+    t="/busy/1/3600/disk.qcow2?ra=3600"
+    run -1 "$DISKIMG" info "$u$t"
+    assert_output "diskimg: $u/busy/1/3600/disk.qcow2?...: HTTP 429 Too Many Requests (the server asks to retry after 3600 s, more than 30 s)"
+    assert_equal "$(grep -cF " $t " "$log")" 1
+}
+
 @test "serve refuses an http image without -r" {
     fails_with "$WEB_HTTP/disk.qcow2?...: HTTP images are read-only*" \
         "$DISKIMG" serve -k "$SOCK" "$WEB_HTTP/disk.qcow2?$SIG"
