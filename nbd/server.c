@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "internal.h"
+#include "socket-buffer.h"
 #include "tls.h"
 
 #define WAKE_SHUTDOWN 'q'
@@ -254,6 +255,7 @@ static bool nbd_accept_one(struct nbd_server *srv, int lfd)
      * at its limits (conn.c). */
     struct timeval slice = {.tv_sec = NBD_SEND_SLICE_S};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &slice, sizeof slice);
+    nbd_socket_fit_sndbuf(fd);
     c = calloc(1, sizeof *c);
     if (!c || !(c->rbuf = malloc(NBD_RBUF_SIZE))) {
         log_error("no memory for a connection");
