@@ -2,13 +2,17 @@
 # tls-bench.sh - NBD over TLS: diskimg serve against qemu-nbd and nbdkit with
 # the same X.509 credentials, on the same image, over unix sockets.
 #
-# Usage: tls-bench.sh [-s SIZE] [-t SEC] [-r ROUNDS] [-q] [-k] [-b DISKIMG] [-d DIR]
+# Usage: tls-bench.sh [-s SIZE] [-t SEC] [-r ROUNDS] [-q] [-k] [-b DISKIMG] [-B DISKIMG]
+#                     [-p PEERS] [-d DIR]
 #   -s SIZE    image size (default 1G; random data, so no zero shortcut)
 #   -t SEC     seconds per workload (default 10)
 #   -r N       interleaved rounds (default 3)
 #   -q         quick smoke test: 64M, 1 s, 1 round
 #   -k         keep the scratch directory
 #   -b PATH    diskimg binary (default <source>/build/cmd/diskimg)
+#   -B PATH    another diskimg build to compare with (config "before"), in
+#              the same rounds: for a before/after of a change
+#   -p PEERS   the peers to run, space-separated (default "qemu-nbd nbdkit")
 #   -d DIR     scratch directory (default /var/tmp/diskimg-tls-bench)
 #
 # Configs: diskimg (serve --tls-creds), qemu-nbd (--object tls-creds-x509),
@@ -34,21 +38,27 @@ SRCROOT=$(cd "$HERE/../.." && pwd)
 PY=/usr/bin/python3
 CLIENT=$HERE/nbd-fua-client.py
 DISKIMG=${DISKIMG:-$SRCROOT/build/cmd/diskimg}
-SIZE=1G RUNTIME=10 ROUNDS=3 KEEP=0 DIR=/var/tmp/diskimg-tls-bench
+SIZE=1G RUNTIME=10 ROUNDS=3 KEEP=0 DIR=/var/tmp/diskimg-tls-bench BASEBIN="" PEERS="qemu-nbd nbdkit"
 
-while getopts "s:t:r:qkb:d:h" opt; do
+while getopts "s:t:r:qkb:B:p:d:h" opt; do
   case $opt in
     s) SIZE=$OPTARG ;; t) RUNTIME=$OPTARG ;; r) ROUNDS=$OPTARG ;;
     q) SIZE=64M RUNTIME=1 ROUNDS=1 ;; k) KEEP=1 ;; b) DISKIMG=$OPTARG ;; d) DIR=$OPTARG ;;
+    B) BASEBIN=$OPTARG ;; p) PEERS=$OPTARG ;;
     h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
   esac
+done
+for p in $PEERS; do
+  case $p in qemu-nbd | nbdkit) ;; *) echo "tls-bench: unknown peer $p" >&2; exit 2 ;; esac
 done
 
 for t in certtool qemu-nbd nbdkit qemu-img "$PY"; do
   command -v "$t" >/dev/null || { echo "tls-bench: $t is required" >&2; exit 1; }
 done
-[ -x "$DISKIMG" ] || { echo "tls-bench: $DISKIMG is not built" >&2; exit 1; }
+for b in "$DISKIMG" $BASEBIN; do
+  [ -x "$b" ] || { echo "tls-bench: $b is not built" >&2; exit 1; }
+done
 
 mkdir -p "$DIR"
 PIDS=()
@@ -93,12 +103,15 @@ if [ ! -s "$BASE" ]; then
   head -c "$bytes" /dev/urandom | dd of="$BASE" conv=notrunc,fsync bs=1M status=none iflag=fullblock
 fi
 
-CONFIGS=(diskimg qemu-nbd nbdkit)
+read -ra CONFIGS <<<"diskimg${BASEBIN:+ before} $PEERS"
 start_server() { # CONFIG IMG SOCK
-  local img=$2 sock=$3
+  local img=$2 sock=$3 bin=$DISKIMG
   case $1 in
-    diskimg) "$DISKIMG" serve -t -f raw --tls-creds="$PKI/server" -k "$sock" "$img" \
-               2>>"$DIR/server.log" & ;;
+    diskimg | before)
+      [ "$1" = before ] && bin=$BASEBIN
+      "$bin" serve -t -f raw --tls-creds="$PKI/server" -k "$sock" "$img" \
+        2>>"$DIR/server.log" &
+      ;;
     qemu-nbd) qemu-nbd -t -f raw -k "$sock" \
                 --object "tls-creds-x509,id=tls0,dir=$PKI/server,endpoint=server" \
                 --tls-creds tls0 "$img" 2>>"$DIR/server.log" & ;;
@@ -153,12 +166,13 @@ wls = list(dict.fromkeys(r[2] for r in rows))
 cfgs = list(dict.fromkeys(r[1] for r in rows))
 def fmt(xs):
     return "%.0f (%.0f-%.0f)" % (statistics.median(xs), min(xs), max(xs))
-print("\n| workload | " + " | ".join(cfgs) + " | diskimg/qemu-nbd | diskimg/nbdkit |")
-print("| --- |" + " ---: |" * (len(cfgs) + 2))
+peers = [c for c in cfgs if c != "diskimg"]
+print("\n| workload | " + " | ".join(cfgs) + " | " + " | ".join("diskimg/" + p for p in peers) + " |")
+print("| --- |" + " ---: |" * (len(cfgs) + len(peers)))
 for wl in wls:
     cells = [fmt(list(val[(wl, c)].values())) for c in cfgs]
     ratios = []
-    for peer in ("qemu-nbd", "nbdkit"):
+    for peer in peers:
         ours, theirs = val[(wl, "diskimg")], val[(wl, peer)]
         rs = [ours[r] / theirs[r] for r in ours if r in theirs and theirs[r]]
         ratios.append("%.2fx" % statistics.median(rs) if rs else "-")
