@@ -6,6 +6,7 @@
 #define DISKIMG_NBD_TLS_INTERNAL_H
 
 #include <gnutls/gnutls.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -52,6 +53,18 @@ struct nbd_tls_session {
     bool bye_sent;
     bool established; /* the TLS handshake completed */
     bool got_data;    /* a record with data arrived */
+    /* Ciphertext read ahead of what GnuTLS asked for (see tls_pull):
+     * bytes [rpos, rlen) of rbuf are next on the stream.  Only the
+     * receiving side touches them. */
+    uint8_t *rbuf;
+    size_t rpos, rlen;
+    /* Records gathered to go out together (see tls_push): wlen bytes of
+     * wbuf, under wlock, as is which thread gathers. */
+    pthread_mutex_t wlock;
+    uint8_t *wbuf;
+    size_t wlen;
+    bool gathering;
+    pthread_t gatherer;
     /* Server, PSK: the identity the client offered, and whether it is in
      * our file (to tell an unknown identity from a wrong key). */
     char psk_offered[256];

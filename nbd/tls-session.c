@@ -56,10 +56,16 @@ static int wait_ready(struct nbd_tls_session *ts, short events)
     }
 }
 
-static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
-{
-    struct nbd_tls_session *ts = ptr;
+/* GnuTLS pulls a record in two reads, its 5-byte header and then its
+ * body, so a 1 MiB write arriving as 64 records cost 128 recv calls, and
+ * every small request two.  So the pull reads what the socket has, up to
+ * READ_AHEAD, and hands it out from there: one recv covers several records
+ * when the peer sends faster than we decrypt.  A body at least that large
+ * goes straight into GnuTLS's buffer. */
+#define READ_AHEAD (64u * 1024)
 
+static ssize_t recv_once(struct nbd_tls_session *ts, void *buf, size_t len)
+{
     if (ts->deadline_ns && wait_ready(ts, POLLIN) < 0) {
         return -1;
     }
@@ -74,11 +80,35 @@ static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     }
 }
 
+static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
+{
+    struct nbd_tls_session *ts = ptr;
+
+    if (ts->rpos == ts->rlen) {
+        if (len >= READ_AHEAD || (!ts->rbuf && !(ts->rbuf = malloc(READ_AHEAD)))) {
+            return recv_once(ts, buf, len);
+        }
+        ssize_t n = recv_once(ts, ts->rbuf, READ_AHEAD);
+        if (n <= 0) {
+            return n;
+        }
+        ts->rpos = 0;
+        ts->rlen = (size_t)n;
+    }
+    size_t n = MIN(len, ts->rlen - ts->rpos);
+    memcpy(buf, ts->rbuf + ts->rpos, n);
+    ts->rpos += n;
+    return (ssize_t)n;
+}
+
 /* GnuTLS asks whether data arrives within ms (TLS 1.3 uses it): > 0 yes,
  * 0 not in time, -1 an error (the deadline passed, or Ctrl-C). */
 static int tls_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms)
 {
     struct nbd_tls_session *ts = ptr;
+    if (ts->rpos < ts->rlen) {
+        return 1; /* read ahead already */
+    }
     uint64_t until =
         ms == GNUTLS_INDEFINITE_TIMEOUT ? UINT64_MAX : clock_ns() + (uint64_t)ms * 1000000;
     bool cut = ts->deadline_ns && ts->deadline_ns < until;
@@ -118,9 +148,8 @@ static int tls_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms)
     }
 }
 
-static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
+static ssize_t send_some(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
 {
-    struct nbd_tls_session *ts = ptr;
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 
     for (;;) {
@@ -135,6 +164,66 @@ static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
             return n;
         }
     }
+}
+
+/* The gathered records, all of them (caller holds wlock): 0, or -1 with
+ * errno. */
+static int flush_gathered(struct nbd_tls_session *ts)
+{
+    size_t done = 0;
+
+    while (done < ts->wlen) {
+        ssize_t n = send_some(ts, &(struct iovec){ts->wbuf + done, ts->wlen - done}, 1);
+        if (n < 0) {
+            ts->wlen = 0;
+            return -1;
+        }
+        done += (size_t)n;
+    }
+    ts->wlen = 0;
+    return 0;
+}
+
+/* GnuTLS pushes each record (at most 16 KiB of data) as it encrypts it,
+ * so a 1 MiB reply took 64 sendmsg calls and woke the reader as often.
+ * While a thread sends more than one record (nbd_tls_send), its records
+ * are copied into wbuf instead and go out WRITE_GATHER bytes at a time,
+ * the rest when the send ends.  A record another thread pushes meanwhile
+ * (GnuTLS answering a TLS 1.3 key update while it receives) goes out
+ * after the gathered ones, in the order GnuTLS numbered them. */
+#define WRITE_GATHER (64u * 1024)
+
+static ssize_t push_locked(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
+{
+    size_t total = 0;
+
+    if (!ts->gathering || !pthread_equal(ts->gatherer, pthread_self())) {
+        return flush_gathered(ts) < 0 ? -1 : send_some(ts, iov, iovcnt);
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        total += iov[i].iov_len;
+    }
+    if (ts->wlen + total > WRITE_GATHER && flush_gathered(ts) < 0) {
+        return -1;
+    }
+    if (total > WRITE_GATHER) {
+        return send_some(ts, iov, iovcnt);
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(ts->wbuf + ts->wlen, iov[i].iov_base, iov[i].iov_len);
+        ts->wlen += iov[i].iov_len;
+    }
+    return (ssize_t)total;
+}
+
+static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
+{
+    struct nbd_tls_session *ts = ptr;
+
+    pthread_mutex_lock(&ts->wlock);
+    ssize_t n = push_locked(ts, (const struct iovec *)iov, iovcnt);
+    pthread_mutex_unlock(&ts->wlock);
+    return n;
 }
 
 void nbd_tls_set_deadline(struct nbd_tls_session *s, uint64_t deadline_ns)
@@ -253,6 +342,7 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
         free(ts);
         return err_setx(ENOMEM, "TLS: session: %s", gnutls_strerror(g));
     }
+    pthread_mutex_init(&ts->wlock, NULL);
     ts->s = s;
     ts->t = t;
     ts->fd = fd;
@@ -283,6 +373,8 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
             }
         }
         gnutls_deinit(s);
+        pthread_mutex_destroy(&ts->wlock);
+        free(ts->rbuf);
         free(ts);
         return r;
     }
@@ -331,7 +423,7 @@ static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
  * out as one record; a large payload is encrypted straight from its buffer
  * once the gathered part is full.  So a 1 MiB read reply costs one 16 KiB
  * copy, not the full copy that gnutls_record_cork would make. */
-int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
+static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
     uint8_t stage[16384]; /* the TLS maximum record payload */
     size_t used = 0;
@@ -363,9 +455,40 @@ int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
     return tls_send_all(s, stage, used);
 }
 
+int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
+{
+    size_t total = 0;
+    int r, flushed = 0;
+
+    for (int i = 0; i < iovcnt; i++) {
+        total += iov[i].iov_len;
+    }
+    /* One record goes out as it is: gathering would only copy it. */
+    if (total <= 16384) {
+        return send_records(s, iov, iovcnt);
+    }
+    pthread_mutex_lock(&s->wlock);
+    if (!s->wbuf) {
+        s->wbuf = malloc(WRITE_GATHER); /* without it, records go out one by one */
+    }
+    s->gathering = s->wbuf != NULL;
+    s->gatherer = pthread_self();
+    pthread_mutex_unlock(&s->wlock);
+    r = send_records(s, iov, iovcnt);
+    pthread_mutex_lock(&s->wlock);
+    s->gathering = false;
+    if (r < 0) {
+        s->wlen = 0;
+    } else {
+        flushed = flush_gathered(s);
+    }
+    pthread_mutex_unlock(&s->wlock);
+    return r < 0 ? r : flushed < 0 ? nbd_tls_why_record(s, GNUTLS_E_PUSH_ERROR, true) : 0;
+}
+
 bool nbd_tls_pending(struct nbd_tls_session *s)
 {
-    return gnutls_record_check_pending(s->s) > 0;
+    return s->rpos < s->rlen || gnutls_record_check_pending(s->s) > 0;
 }
 
 void nbd_tls_bye(struct nbd_tls_session *s)
@@ -384,6 +507,9 @@ void nbd_tls_session_close(struct nbd_tls_session *s)
     if (s) {
         nbd_tls_bye(s);
         gnutls_deinit(s->s);
+        pthread_mutex_destroy(&s->wlock);
+        free(s->rbuf);
+        free(s->wbuf);
         free(s);
     }
 }
