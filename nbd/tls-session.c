@@ -192,27 +192,21 @@ static int flush_gathered(struct nbd_tls_session *ts)
  * (GnuTLS answering a TLS 1.3 key update while it receives) goes out
  * after the gathered ones, in the order GnuTLS numbered them. */
 #define WRITE_GATHER (64u * 1024)
+#define TLS_RECORD_MAX 16384 /* the most data one TLS record carries */
 
 static ssize_t push_locked(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
 {
-    size_t total = 0;
-
     if (!ts->gathering || !pthread_equal(ts->gatherer, pthread_self())) {
         return flush_gathered(ts) < 0 ? -1 : send_some(ts, iov, iovcnt);
     }
-    for (int i = 0; i < iovcnt; i++) {
-        total += iov[i].iov_len;
-    }
+    size_t total = iov_length(iov, iovcnt);
     if (ts->wlen + total > WRITE_GATHER && flush_gathered(ts) < 0) {
         return -1;
     }
     if (total > WRITE_GATHER) {
         return send_some(ts, iov, iovcnt);
     }
-    for (int i = 0; i < iovcnt; i++) {
-        memcpy(ts->wbuf + ts->wlen, iov[i].iov_base, iov[i].iov_len);
-        ts->wlen += iov[i].iov_len;
-    }
+    ts->wlen += iov_to_buf(iov, iovcnt, 0, ts->wbuf + ts->wlen, total);
     return (ssize_t)total;
 }
 
@@ -425,7 +419,7 @@ static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
  * copy, not the full copy that gnutls_record_cork would make. */
 static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
-    uint8_t stage[16384]; /* the TLS maximum record payload */
+    uint8_t stage[TLS_RECORD_MAX];
     size_t used = 0;
     int r;
 
@@ -457,14 +451,10 @@ static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int 
 
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
-    size_t total = 0;
     int r, flushed = 0;
 
-    for (int i = 0; i < iovcnt; i++) {
-        total += iov[i].iov_len;
-    }
     /* One record goes out as it is: gathering would only copy it. */
-    if (total <= 16384) {
+    if (iov_length(iov, iovcnt) <= TLS_RECORD_MAX) {
         return send_records(s, iov, iovcnt);
     }
     pthread_mutex_lock(&s->wlock);
