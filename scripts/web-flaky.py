@@ -88,7 +88,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not m:
             self.reply(404)
             return
-        kind, allowed, after, rest = m.group(1) or "busy", m.group(2) or m.group(3), m.group(4), m.group(5)
+        kind = m.group(1) or "busy"
+        allowed, after, rest = m.group(2) or m.group(3), m.group(4), m.group(5)
         if take_failure(target, int(allowed)):
             if kind == "drop":
                 self.note("dropped")

@@ -13,7 +13,6 @@
  * read-ahead: driver.c. */
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,20 +303,20 @@ static bool curl_transient(CURLcode rc)
     }
 }
 
-/* Outcome of one attempt: 0, or -errno with a message, and whether it is
- * worth another try. */
-/* An answer other than 206.  A transient one may say when to ask again
- * (Retry-After, seconds or a date: libcurl reads both); one that asks
- * for longer than RETRY_AFTER_MAX_S is not waited for. */
-static int transient_status(struct http_conn *c, long status)
+/* An answer other than 206, and whether it is worth another try.  A
+ * transient one may say when to ask again (Retry-After, seconds or a
+ * date: libcurl reads both); one that asks for longer than
+ * RETRY_AFTER_MAX_S is not waited for, so it is not tried again. */
+static int status_failed(struct http_conn *c, long status, bool *transient)
 {
     const char *d = c->cfg->display;
     curl_off_t after = 0;
 
-    if (status_transient(status) &&
-        curl_easy_getinfo(c->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK && after > 0) {
+    *transient = status_transient(status);
+    if (*transient && curl_easy_getinfo(c->easy, CURLINFO_RETRY_AFTER, &after) == CURLE_OK &&
+        after > 0) {
         if (after > RETRY_AFTER_MAX_S) {
-            c->retry_after_s = UINT_MAX;
+            *transient = false;
             return err_setx(
                 status_errno(status),
                 "%s: HTTP %ld %s (the server asks to retry after %" CURL_FORMAT_CURL_OFF_T
@@ -329,6 +328,8 @@ static int transient_status(struct http_conn *c, long status)
     return err_setx(status_errno(status), "%s: HTTP %ld %s", d, status, status_reason(status));
 }
 
+/* Outcome of one attempt: 0, or -errno with a message, and whether it is
+ * worth another try. */
 static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *transient)
 {
     const char *d = c->cfg->display;
@@ -379,8 +380,7 @@ static int attempt_failed(struct http_conn *c, CURLcode rc, long status, bool *t
                         d);
     }
     if (status != 206) {
-        *transient = status_transient(status);
-        return transient_status(c, status);
+        return status_failed(c, status, transient);
     }
     return 0;
 }
@@ -501,7 +501,7 @@ int http_conn_get(struct http_conn *c, uint64_t off, uint64_t len, const struct 
     for (unsigned try = 0;; try++) {
         bool transient = false;
         int r = attempt(c, off, len, iov, iovcnt, ans, &transient);
-        if (r == 0 || !transient || c->retry_after_s == UINT_MAX) {
+        if (r == 0 || !transient) {
             return r;
         }
         if (try >= c->cfg->retries) {
