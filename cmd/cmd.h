@@ -141,6 +141,9 @@ typedef int (*cmd_kv_fn)(void *opaque, const char *key, const char *value);
 int cmd_kv_foreach(const char *sub, const char *what, char *spec, cmd_kv_fn fn, void *opaque);
 int cmd_image_opts_key(const char *sub, const char *what, struct blk_image_opts *o, const char *key,
                        const char *value);
+/* --image-opts names the format with driver=: a -f beside it (o->format
+ * set) is refused; 0 or EXIT_USAGE after printing why. */
+int cmd_image_opts_refuse_format(const char *sub, const struct blk_image_opts *o);
 /* The key a driver gets for key: file.KEY is the protocol's KEY. */
 const char *cmd_image_opts_driver_key(const char *key);
 /* After the keys: driver= resolved to a format or to a protocol that is

@@ -118,6 +118,11 @@ int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_
     return r ? r : cmd_image_opts_finish(sub, "--image-opts", o);
 }
 
+int cmd_image_opts_refuse_format(const char *sub, const struct blk_image_opts *o)
+{
+    return o->format ? cmd_usage_error(sub, "--image-opts and -f are mutually exclusive") : 0;
+}
+
 int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys,
                       struct blk_image_opts *o)
 {
@@ -125,8 +130,9 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
         o->filename = arg;
         return 0;
     }
-    if (o->format) {
-        return cmd_usage_error(sub, "--image-opts and -f are mutually exclusive");
+    int r = cmd_image_opts_refuse_format(sub, o);
+    if (r) {
+        return r;
     }
     o->filename = NULL; /* only file.filename= names the file */
     return cmd_parse_image_opts(sub, arg, keys, o);

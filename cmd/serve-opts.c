@@ -554,11 +554,11 @@ int serve_parse(struct serve_opts *o, int argc, char **argv)
         if (r < 0) {
             return cmd_usage_error("serve", "%s", err_msg());
         }
-        if (o->image_opts && o->img.format) {
-            return cmd_usage_error("serve", "--image-opts and -f are mutually exclusive");
-        }
         if (o->image_opts) {
-            r = cmd_kv_foreach("serve", "--image-opts", argv[optind], image_opts_key, &o->img);
+            r = cmd_image_opts_refuse_format("serve", &o->img);
+            if (r == 0) {
+                r = cmd_kv_foreach("serve", "--image-opts", argv[optind], image_opts_key, &o->img);
+            }
             if (r) {
                 return r;
             }
