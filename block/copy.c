@@ -62,7 +62,14 @@ struct copy {
      * incompressible data) a little more. */
     uint64_t slot;
     pthread_mutex_t lock;
-    pthread_cond_t turn;
+    /* One condition per worker: the claim numbered seq waits for its
+     * turn on turns[seq % n_turns] and the claim before it wakes only
+     * that one.  The claims waiting are numbered consecutively and each
+     * worker holds one, so no two share a condition (a broadcast to
+     * every worker woke all of them for each write and cost ~15 futex
+     * calls per request on an NBD-to-NBD copy). */
+    pthread_cond_t turns[MAX_THREADS];
+    unsigned n_turns;
     pthread_cond_t io_free;
     struct blk_rate rate; /* -r */
     _Atomic bool offload; /* -C, until copy offloading fails once */
@@ -78,6 +85,7 @@ struct copy {
     unsigned io_limit;   /* -m */
     unsigned io_busy;    /* under lock */
     uint64_t next_claim; /* under lock */
+    uint64_t next_seq;   /* under lock: the number of the next claim */
     uint64_t next_write; /* under lock: in-order writes */
     uint64_t done;       /* under lock */
     int err;             /* first error, under lock */
@@ -86,6 +94,7 @@ struct copy {
 
 struct claim {
     uint64_t start, len;
+    uint64_t seq; /* claims are numbered in offset order */
     enum claim_kind kind;
     bool inflates; /* the source stores some of it compressed */
 };
@@ -102,7 +111,9 @@ static void copy_fail(struct copy *c, int r)
         c->err = r;
         snprintf(c->msg, sizeof c->msg, "%s", err_msg_or(r));
     }
-    pthread_cond_broadcast(&c->turn);
+    for (unsigned i = 0; i < c->n_turns; i++) {
+        pthread_cond_broadcast(&c->turns[i]);
+    }
     pthread_cond_broadcast(&c->io_free);
     pthread_mutex_unlock(&c->lock);
 }
@@ -228,6 +239,7 @@ static int claim_next_locked(struct copy *c, struct claim *cl)
         }
     }
     cl->len = end - cl->start;
+    cl->seq = c->next_seq++;
     c->next_claim = cl->start + cl->len;
     return 0;
 }
@@ -239,7 +251,7 @@ static void wait_turn(struct copy *c, const struct claim *cl)
     }
     pthread_mutex_lock(&c->lock);
     while (c->next_write != cl->start && !copy_failed_locked(c)) {
-        pthread_cond_wait(&c->turn, &c->lock);
+        pthread_cond_wait(&c->turns[cl->seq % c->n_turns], &c->lock);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -248,7 +260,7 @@ static void wait_turn(struct copy *c, const struct claim *cl)
 static void pass_turn_locked(struct copy *c, const struct claim *cl)
 {
     c->next_write = cl->start + cl->len;
-    pthread_cond_broadcast(&c->turn);
+    pthread_cond_signal(&c->turns[(cl->seq + 1) % c->n_turns]);
 }
 
 static void finish_claim(struct copy *c, const struct claim *cl)
@@ -680,7 +692,10 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
                   blk_image_cluster_size(dst) == 0;
     blk_rate_init(&c.rate, o->rate_limit);
     pthread_mutex_init(&c.lock, NULL);
-    pthread_cond_init(&c.turn, NULL);
+    c.n_turns = n;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_cond_init(&c.turns[i], NULL);
+    }
     pthread_cond_init(&c.io_free, NULL);
     c.io_limit = m;
     for (unsigned i = 0; i < n; i++) {
@@ -700,7 +715,9 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
         *o->offloaded = atomic_load(&c.offloaded);
     }
     pthread_mutex_destroy(&c.lock);
-    pthread_cond_destroy(&c.turn);
+    for (unsigned i = 0; i < n; i++) {
+        pthread_cond_destroy(&c.turns[i]);
+    }
     pthread_cond_destroy(&c.io_free);
     free(zeroes);
     if (c.err) {
