@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "names.h"
 #include "protocol.h"
+#include "socket-buffer.h"
 #include "tls.h"
 
 #define POLL_SLICE_MS 200 /* how soon an interrupt is noticed */
@@ -160,6 +161,7 @@ static int connect_unix(const char *path, int *fd)
         *fd = -1;
         return err_set(e, "cannot connect to %s", path);
     }
+    nbd_socket_fit_sndbuf(*fd); /* a whole large write in one call */
     return 0;
 }
 

@@ -6,7 +6,8 @@
  * and wake it, which costs both sides a context switch and keeps a
  * server's worker (holding the connection's write lock) from the next
  * reply.  Asking for NBD_UNIX_SNDBUF lets a whole reply go out in one
- * call.  It is a limit, not an allocation: memory is only used while a
+ * call; the same holds for a client's large write (a copy sends 256 KiB
+ * ones).  It is a limit, not an allocation: memory is only used while a
  * peer leaves data unread, and at most that much per connection.  Where
  * net.core.wmem_max is the kernel's default (212992) the buffer only
  * doubles, which measured neutral; the gain needs wmem_max >= 1 MiB.

@@ -1,5 +1,6 @@
-/* nbd/socket-buffer.h: the send buffer of an NBD socket; the server's
- * replies are what needs it (server.c). */
+/* nbd/socket-buffer.h: the send buffer of an NBD socket: the server's
+ * large read replies (server.c) and the client's large writes
+ * (client-handshake.c) need it. */
 #ifndef DISKIMG_NBD_SOCKET_BUFFER_H
 #define DISKIMG_NBD_SOCKET_BUFFER_H
 
