@@ -1,6 +1,7 @@
 /* formats/qcow2/chain.c: the metadata side of rebase and commit:
  * recording another backing file in the header, dropping every cluster
- * so that the image reads through to its backing file, and zeroing what
+ * so that the image reads through to its backing file (commit's
+ * make_empty when the image cannot be rebuilt, empty.c), and zeroing what
  * growing the image (commit's base) would show of its backing file.  The data
  * that keeps the guest view (rebase's differences, commit's copy into the
  * base) is moved by block/rebase.c and block/commit.c before these run.
@@ -118,21 +119,13 @@ static int empty_slice_locked(struct qcow2_state *s, uint64_t guest, unsigned en
 /* Slices emptied between two flushes: bounds the queue of pending frees. */
 #define SLICES_PER_FLUSH 256
 
-int qcow2_make_empty(struct blk_node *n)
+int qcow2_drop_clusters_locked(struct qcow2_state *s)
 {
-    struct qcow2_state *s = n->opaque;
     uint64_t size = qcow2_virtual_size(s);
     uint64_t span = (uint64_t)s->l2_slice_entries << s->cluster_bits;
     unsigned since_flush = 0;
-    int r;
+    int r = 0;
 
-    /* No bitmap records this, as in qemu: after a commit the image reads
-     * as before (its data is in the backing file now). */
-    if (s->read_only || s->snapshot_view) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
-    }
-    pthread_mutex_lock(&s->lock);
-    r = qcow2_check_writable_locked(s);
     for (uint64_t guest = 0; r == 0 && guest < size; guest += span) {
         uint64_t clusters = (MIN(span, size - guest) + s->cluster_size - 1) >> s->cluster_bits;
         r = empty_slice_locked(s, guest, (unsigned)clusters);
@@ -141,11 +134,7 @@ int qcow2_make_empty(struct blk_node *n)
             r = qcow2_flush_caches_locked(s);
         }
     }
-    if (r == 0) {
-        r = qcow2_flush_caches_locked(s);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return r < 0 ? r : blk_flush(s->file);
+    return r < 0 ? r : qcow2_flush_caches_locked(s);
 }
 
 /* Make the slice's entries for guest [from, to) (within one slice) read

@@ -27,6 +27,8 @@
  *                zeroing what growing would show of the backing file
  *   info.c       what `info` shows
  *   open.c       reading the metadata at open; building the metadata map
+ *   empty.c      commit's make_empty: a small empty image again, by two
+ *                table switches, or every cluster dropped
  *   check.c      consistency check and repair
  *   snapshot-shadow.c  a snapshot change's new state, written beside the old
  *                one and switched to with one header write
@@ -343,9 +345,11 @@ int qcow2_compress(struct blk_node *n, const void *in, uint64_t len, void *out, 
                    size_t *out_len);
 int qcow2_pwrite_compressed(struct blk_node *n, uint64_t off, const void *data, size_t clen);
 
-/* chain.c: the driver's change_backing and make_empty. */
+/* chain.c: the driver's change_backing. */
 int qcow2_change_backing(struct blk_node *n, const char *file, const char *format);
-int qcow2_make_empty(struct blk_node *n);
+/* Set every L2 entry to "unallocated" and free what they held (shared
+ * clusters stay for the snapshots), the caches flushed on return. */
+int qcow2_drop_clusters_locked(struct qcow2_state *s);
 /* Growing from old to new bytes: where the backing file reaches past
  * old, make the new range read as zeroes, durably, before the header
  * grows (as qemu's truncate zero-fills it), so that a crash never shows
@@ -357,6 +361,9 @@ int qcow2_zero_grown_locked(struct qcow2_state *s, uint64_t old, uint64_t new);
  * preallocation): metadata only, or also fallocate the data (falloc), or
  * write zeroes to it (full). */
 int qcow2_preallocate(struct blk_node *n, bool falloc, bool full, bool keep_backing);
+
+/* empty.c: the driver's make_empty. */
+int qcow2_make_empty(struct blk_node *n);
 
 /* open.c: reading the metadata at open. */
 int qcow2_read_header(struct qcow2_state *s);

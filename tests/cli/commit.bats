@@ -5,7 +5,10 @@
 # of every format diskimg writes, a base that grows; errors leave the
 # images unchanged; killed (SIGKILL) before each of its writes and syncs
 # in turn (tests/preload/kill-after.c), and at random moments of a longer
-# writethrough run, commit leaves a chain that reads as before.
+# writethrough run, commit leaves a chain that reads as before.  The
+# emptied overlay is as small as qemu-img commit leaves it: rebuilt to
+# qemu's length and tables, or (snapshots, bitmaps, v2) its freed space
+# punched; killed at each step of the rebuild, it checks clean.
 
 load '../helpers'
 load '../crash-lib'
@@ -254,4 +257,122 @@ same_chains() {
     done
     [[ $rc -eq 0 && $n -gt 5 ]]
     qemu-img compare -F raw b.qcow2 view.raw
+}
+
+# make_overlay NAME SIZE [create -o OPTS]: NAME-base.qcow2 <- NAME.qcow2,
+# the overlay holding 4 MiB at 0, 3 MiB at 30M and a zero cluster at 50M.
+make_overlay() {
+    qemu-img create -q -f qcow2 "$1-base.qcow2" "$2"
+    qemu-img create -q -f qcow2 ${3:+-o "$3"} -b "$1-base.qcow2" -F qcow2 "$1.qcow2" "$2"
+    qemu-io -f qcow2 -c 'write -P 1 0 4M' -c 'write -P 2 30M 3M' -c 'write -z 50M 64k' \
+        "$1.qcow2" >/dev/null
+}
+
+# info_fields IMAGE: qemu-img info but for the file's size on disk.
+info_fields() {
+    qemu-img info --output=json "$1" | grep -v '"actual-size"'
+}
+
+@test "commit: the emptied overlay is rebuilt as small as qemu-img commit leaves it" {
+    local o cs before
+    # 4k clusters at 1200M: an L1 table of two clusters.
+    for o in "" cluster_size=512 extended_l2=on,lazy_refcounts=on refcount_bits=1 \
+        cluster_size=4096; do
+        local size=64M
+        [[ $o == cluster_size=4096 ]] && size=1200M
+        cs=65536
+        [[ $o == cluster_size=* ]] && cs=${o#cluster_size=}
+        rm -f ./*.qcow2
+        make_overlay d "$size" "$o"
+        make_overlay q "$size" "$o"
+        info_fields d.qcow2 >info.before
+        head -c "$cs" d.qcow2 >cluster0.before
+        before=$(stat -c %s d.qcow2)
+        "$DISKIMG" commit -q d.qcow2
+        qemu-img commit -q q.qcow2
+        # qemu's length and tables (refcount table, block, L1) to the byte.
+        [[ $(stat -c %s d.qcow2) -eq $(stat -c %s q.qcow2) ]]
+        [[ $(($(stat -c %s d.qcow2) * 10)) -lt $before ]]
+        cmp <(tail -c +$((cs + 1)) d.qcow2) <(tail -c +$((cs + 1)) q.qcow2)
+        # Cluster 0 (backing file, features, extensions) is kept but for
+        # the L1 and refcount table fields.
+        cmp <(head -c 40 d.qcow2) <(head -c 40 cluster0.before)
+        cmp <(head -c "$cs" d.qcow2 | tail -c +61) <(tail -c +61 cluster0.before)
+        diff info.before <(info_fields d.qcow2)
+        qemu-img check -q d.qcow2
+        # The base got what qemu-img commit put into its own.
+        qemu-img compare d-base.qcow2 q-base.qcow2
+        qemu-img compare d.qcow2 d-base.qcow2
+        [[ $(qemu-img map --output=json d.qcow2) != *'"depth": 0'* ]]
+    done
+    # Still an image to write to.
+    qemu-io -f qcow2 -c 'write -P 7 1M 2M' d.qcow2 >/dev/null
+    qemu-img check -q d.qcow2
+    qemu-io -f qcow2 -r -c 'read -P 7 1M 2M' d.qcow2 >/dev/null
+}
+
+@test "commit: an overlay qemu cannot rebuild keeps its length, the freed space punched" {
+    local o
+    for o in compat=0.10 snapshot bitmap; do
+        rm -f ./*.qcow2
+        make_overlay d 64M "${o/#[sb]*/}"
+        make_overlay q 64M "${o/#[sb]*/}"
+        if [[ $o == snapshot ]]; then
+            qemu-img snapshot -c s1 d.qcow2
+            qemu-img snapshot -c s1 q.qcow2
+            qemu-io -f qcow2 -c 'write -P 3 8M 1M' d.qcow2 >/dev/null
+            qemu-io -f qcow2 -c 'write -P 3 8M 1M' q.qcow2 >/dev/null
+        elif [[ $o == bitmap ]]; then
+            qemu-img bitmap --add d.qcow2 b0
+            qemu-img bitmap --add q.qcow2 b0
+        fi
+        qemu-img convert -O raw d.qcow2 view.raw
+        info_fields d.qcow2 >info.before
+        "$DISKIMG" commit -q d.qcow2
+        qemu-img commit -q q.qcow2
+        [[ $(stat -c %s d.qcow2) -eq $(stat -c %s q.qcow2) ]]
+        # What the file system holds: qemu's, within a few clusters.
+        [[ $(du -B1 d.qcow2 | cut -f1) -le $(($(du -B1 q.qcow2 | cut -f1) + 4 * 65536)) ]]
+        diff info.before <(info_fields d.qcow2)
+        qemu-img check -q d.qcow2
+        qemu-img compare -F raw d.qcow2 view.raw
+        [[ $(qemu-img map --output=json d.qcow2) != *'"depth": 0'* ]]
+    done
+    # The snapshot keeps what it held.
+    rm -f ./*.qcow2
+    make_overlay d 64M
+    qemu-img snapshot -c s1 d.qcow2
+    "$DISKIMG" commit -q d.qcow2
+    qemu-img snapshot -a s1 d.qcow2
+    qemu-io -f qcow2 -r -c 'read -P 1 0 4M' -c 'read -P 2 30M 3M' d.qcow2 >/dev/null
+}
+
+@test "commit: killed at each step of the rebuild, the overlay checks clean and reads the same" {
+    # Little data, so that most of the kills fall in the rebuild.
+    qemu-img create -q -f qcow2 o-base.qcow2 4M
+    qemu-img create -q -f qcow2 -b o-base.qcow2 -F qcow2 o.qcow2
+    qemu-io -f qcow2 -c 'write -P 1 0 64k' -c 'write -P 2 1M 128k' -c 'write -z 2M 64k' \
+        o.qcow2 >/dev/null
+    qemu-img convert -O raw o.qcow2 view.raw
+    cp o-base.qcow2 b.orig
+    cp o.qcow2 o.orig
+    local n rc len last=0 lens=()
+    for n in $(seq 1 40); do
+        cp b.orig o-base.qcow2
+        cp o.orig o.qcow2
+        rc=0
+        killed_after "$n" commit -q o.qcow2 || rc=$?
+        [[ $rc -eq 0 || $rc -eq 137 ]] || { echo "killed after $n: exit $rc" >&2; return 1; }
+        # Clean, not merely leaking: each switch leaves a whole image.
+        qemu-img check -q o.qcow2 || { echo "killed after $n: check $?" >&2; return 1; }
+        qemu-img compare -q -F raw o.qcow2 view.raw || { echo "killed after $n" >&2; return 1; }
+        len=$(stat -c %s o.qcow2)
+        [[ $len -eq $last ]] || lens+=("$len")
+        last=$len
+        [[ $rc -ne 0 ]] || break
+    done
+    [[ $rc -eq 0 && $len -eq 262144 ]]
+    # The old length, the tables past it, then qemu's.
+    [[ ${#lens[@]} -ge 3 && ${lens[0]} -eq $(stat -c %s o.orig) ]]
+    qemu-img compare -F raw o-base.qcow2 view.raw
 }
