@@ -40,7 +40,8 @@ static void commit_usage(FILE *f)
                    CMD_UNTRUSTED_HELP "  -h, --help        this help\n"
                "\n"
                "The base is written and flushed before FILE is emptied: stopped at any\n"
-               "point, the chain reads as before or as committed.\n"
+               "point, the chain reads as before or as committed.  An emptied qcow2 FILE\n"
+               "is as small as qemu-img leaves it (rebuilt, or its clusters punched).\n"
                "\n"
                "Exit status: 0 success, 1 failure, 2 bad usage,\n" CMD_IN_USE_HELP
                ", 130/143 SIGINT/SIGTERM.\n"
