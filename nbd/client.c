@@ -525,10 +525,10 @@ static int send_request(struct nbd_client_conn *c, const struct nbd_request *req
     return r;
 }
 
-int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
-                       uint32_t count, const struct iovec *payload, int payload_cnt,
-                       const struct iovec *read_iov, int read_cnt,
-                       struct nbd_client_extent **extents, uint32_t *n_extents)
+int nbd_client_submit(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
+                      uint32_t count, const struct iovec *payload, int payload_cnt,
+                      const struct iovec *read_iov, int read_cnt, bool wait_slot,
+                      struct nbd_client_ticket *t)
 {
     struct nbd_client_slot *s = NULL;
     int idx = -1, r;
@@ -540,7 +540,7 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
                 idx = i;
             }
         }
-        if (idx >= 0) {
+        if (idx >= 0 || !wait_slot) {
             break;
         }
         pthread_cond_wait(&c->slot_free, &c->lock);
@@ -551,6 +551,10 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
         err_setx(e, "NBD server: %s failed: %s: %s", nbd_cmd_name(type), strerror(e), c->dead_msg);
         pthread_mutex_unlock(&c->lock);
         return -e;
+    }
+    if (idx < 0) {
+        pthread_mutex_unlock(&c->lock);
+        return -EAGAIN;
     }
     s = &c->slots[idx];
     s->busy = true;
@@ -579,9 +583,20 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
     r = send_request(c, &req, payload, payload_cnt);
     if (r < 0) {
         /* Only the reader fails requests (it may be filling one right
-         * now): make it see the end of the stream. */
+         * now): make it see the end of the stream.  The ticket's wait
+         * then reports it. */
         shutdown(c->fd, SHUT_RDWR);
     }
+    *t = (struct nbd_client_ticket){.c = c, .slot = idx, .type = type};
+    return 0;
+}
+
+int nbd_client_wait(const struct nbd_client_ticket *t, struct nbd_client_extent **extents,
+                    uint32_t *n_extents)
+{
+    struct nbd_client_conn *c = t->c;
+    struct nbd_client_slot *s = &c->slots[t->slot];
+    int r;
 
     pthread_mutex_lock(&c->lock);
     while (!s->done) {
@@ -590,7 +605,7 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
     r = s->err ? -s->err : 0;
     if (r < 0) {
         /* The server's message often starts with the command name too. */
-        const char *name = nbd_cmd_name(type), *msg = s->msg;
+        const char *name = nbd_cmd_name(t->type), *msg = s->msg;
         size_t nl = strlen(name);
         if (strncmp(msg, name, nl) == 0 && msg[nl] == ':') {
             msg += nl + 1 + (msg[nl + 1] == ' ');
@@ -608,4 +623,16 @@ int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags,
     pthread_cond_signal(&c->slot_free);
     pthread_mutex_unlock(&c->lock);
     return r;
+}
+
+int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
+                       uint32_t count, const struct iovec *payload, int payload_cnt,
+                       const struct iovec *read_iov, int read_cnt,
+                       struct nbd_client_extent **extents, uint32_t *n_extents)
+{
+    struct nbd_client_ticket t;
+    int r = nbd_client_submit(c, type, flags, offset, count, payload, payload_cnt, read_iov,
+                              read_cnt, true, &t);
+
+    return r < 0 ? r : nbd_client_wait(&t, extents, n_extents);
 }

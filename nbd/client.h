@@ -7,9 +7,10 @@
  *                       requests by cookie
  *   client-driver.c     the "nbd" protocol driver of the block layer
  *
- * A request is sent under the connection's send lock and its thread sleeps
- * until the reader has filled its buffer (read data lands straight in the
- * caller's iovec) and marked it done.  Any protocol violation by the server
+ * A request is sent under the connection's send lock (nbd_client_submit)
+ * and its thread sleeps (nbd_client_wait) until the reader has filled its
+ * buffer (read data lands straight in the caller's iovec) and marked it
+ * done; a thread may send several before it waits for them.  Any protocol violation by the server
  * ends the connection and fails every request in flight. */
 #ifndef DISKIMG_NBD_CLIENT_H
 #define DISKIMG_NBD_CLIENT_H
@@ -96,6 +97,27 @@ int nbd_client_start(struct nbd_client_conn *c);
  * as client-handshake.c names it), and adding one to the count. */
 unsigned nbd_client_peer_count(const char *where);
 void nbd_client_peer_add(struct nbd_client_conn *c);
+/* A request sent and not yet collected: nbd_client_wait must be called
+ * for every ticket nbd_client_submit gives, since the slot, and for a
+ * READ the caller's buffers, stay the request's until then. */
+struct nbd_client_ticket {
+    struct nbd_client_conn *c;
+    int slot;
+    uint16_t type;
+};
+/* Send one request without waiting for its reply.  When every slot of c
+ * is taken: with wait_slot, wait for one; without, return -EAGAIN at
+ * once, for a caller that holds tickets and must collect one first (the
+ * slots could otherwise all be held by callers waiting for more).  A
+ * failed send still gives a ticket; its wait reports the failure. */
+int nbd_client_submit(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,
+                      uint32_t count, const struct iovec *payload, int payload_cnt,
+                      const struct iovec *read_iov, int read_cnt, bool wait_slot,
+                      struct nbd_client_ticket *t);
+/* The reply: 0 or -errno with the server's message; extents as for
+ * nbd_client_request.  Frees the slot. */
+int nbd_client_wait(const struct nbd_client_ticket *t, struct nbd_client_extent **extents,
+                    uint32_t *n_extents);
 /* One request and its reply.  payload: WRITE data; read_iov: READ
  * destination; extents: BLOCK_STATUS result (caller frees). */
 int nbd_client_request(struct nbd_client_conn *c, uint16_t type, uint16_t flags, uint64_t offset,

@@ -27,6 +27,9 @@ teardown() {
 
 # start_fake MODE: nbdfake.py on $FAKE, exporting SIZE bytes.
 start_fake() {
+    # A fresh file: the last fake's "listening" must not count (the
+    # redirection below may happen after wait_until's first look).
+    rm -f "$TEST_DIR/fake.out"
     "$PYTHON3" "$BATS_TEST_DIRNAME/nbdfake.py" "$FAKE" "$SIZE" "$1" >"$TEST_DIR/fake.out" 2>&1 &
     FAKE_PID=$!
     wait_until 20 grep -q listening "$TEST_DIR/fake.out"
@@ -46,6 +49,27 @@ stop_fake() {
 n = int(sys.argv[2])
 want = bytes(i % 251 for i in range(n))
 assert open(sys.argv[1], "rb").read() == want' "$TEST_DIR/out.raw" "$SIZE"
+    # The copy's 2 MiB reads went as 256 KiB requests, each byte once.
+    awk '/^READ/ { n++; sum += $3; if ($3 > max) max = $3 }
+         END { print n, sum, max; exit !(n == 16 && sum == '"$SIZE"' && max == 262144) }' \
+        "$TEST_DIR/fake.out"
+}
+
+@test "one failed piece of a large read: the copy fails with the server's error, no output" {
+    # The pieces sent beside the failed one are all collected (their
+    # buffers are the copy's) before the error goes up: no hang, no crash.
+    start_fake error-piece
+    run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O raw "$FAKE_URI" \
+        "$TEST_DIR/out.raw"
+    echo "exit $status: $stderr" >&2
+    [[ $status -eq 1 ]]
+    [[ "$stderr" == *"NBD server: NBD_CMD_READ failed: Input/output error: piece failed"* ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
+    [[ ! -e "$TEST_DIR/out.raw" ]]
+    # checksum reads 4 MiB at a time: the same error, through the same path.
+    run --separate-stderr timeout 60 "$DISKIMG" checksum -f raw "$FAKE_URI"
+    echo "checksum exit $status: $stderr" >&2
+    [[ $status -eq 1 && "$stderr" == *"NBD_CMD_READ failed: Input/output error: piece failed"* ]]
 }
 
 # convert_refused MODE TEXT: convert from a server in MODE fails with exit

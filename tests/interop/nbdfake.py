@@ -18,10 +18,14 @@ MODE:
   short         the first half of the request, then DONE
   empty-done    no chunk at all, only NONE with DONE
   error-text    an error chunk whose message holds control characters
+  error-piece   good, except that a READ starting 256 KiB into a 2 MiB
+                block fails with EIO and the text "piece failed" (the
+                second piece of a copy's 2 MiB read)
   refuse-text   NBD_OPT_GO refused with NBD_REP_ERR_UNKNOWN and a message
                 holding control characters
 
-Only the standard library.  Prints "listening" once the socket is ready.
+Only the standard library.  Prints "listening" once the socket is ready,
+then "READ OFFSET LENGTH" for every READ request.
 """
 
 import os
@@ -105,6 +109,10 @@ def answer_read(s, mode, cookie, off, n):
         data_chunk(s, cookie, off, half, done=True)
     elif mode == "empty-done":
         done(s, cookie)
+    elif mode == "error-piece" and off % (2 << 20) == 256 << 10:
+        chunk(s, FLAG_DONE, TYPE_ERROR, cookie, struct.pack(">IH", EIO, 12) + b"piece failed")
+    elif mode == "error-piece":
+        data_chunk(s, cookie, off, n, done=True)
     elif mode == "error-text":
         chunk(s, FLAG_DONE, TYPE_ERROR, cookie, struct.pack(">IH", EIO, len(TEXT)) + TEXT)
     else:
@@ -147,6 +155,7 @@ def serve(s, size, mode):
             if rtype == CMD_DISC:
                 return
             if rtype == CMD_READ:
+                print("READ %d %d" % (off, n), flush=True)
                 answer_read(s, mode, cookie, off, n)
             else:
                 chunk(s, FLAG_DONE, TYPE_ERROR, cookie, struct.pack(">IH", EINVAL, 0))
