@@ -244,9 +244,6 @@ bool blk_image_compressed_only(const struct blk_image *img);
 /* The bytes live on a server (an NBD export, a web server): a protocol
  * driver marked remote is somewhere in the image's stack. */
 bool blk_image_remote(const struct blk_image *img);
-/* The smallest copy_request_size of the drivers in the image's stack
- * (0: none asks for one). */
-uint64_t blk_image_copy_request_size(const struct blk_image *img);
 /* Can images of this format store compressed clusters (convert -c)? */
 bool blk_format_can_compress(const char *format);
 /* Honours --discard: a no-op (success) with discard=ignore. */
@@ -403,11 +400,9 @@ bool blk_format_has_bitmaps(const char *format);
 
 /* ---- Copying (convert) ---- */
 
-/* Requests in flight when blk_copy_opts.workers is 0: the default, and
- * with a driver's smaller requests (NBD: 256 KiB), more of them, so that
- * each of its connections has some in flight both ways. */
+/* Requests in flight when blk_copy_opts.workers is 0 (a driver may
+ * split each into smaller ones on the wire: NBD's 256 KiB pieces). */
 #define BLK_COPY_DEFAULT_IN_FLIGHT 8
-#define BLK_COPY_SMALL_REQUEST_IN_FLIGHT 16
 
 struct blk_copy_opts {
     unsigned workers;     /* requests in flight (-m; 0: BLK_COPY_*_IN_FLIGHT) */
@@ -416,7 +411,7 @@ struct blk_copy_opts {
     bool target_is_zero;  /* zero ranges need no writing at all */
     bool compress;        /* -c: whole clusters, compressed */
     bool top_only;        /* -B: only what the source's top layer holds */
-    uint64_t buffer_size; /* bytes per request (0: 2 MiB, or what a driver asks for) */
+    uint64_t buffer_size; /* bytes per request (0: 2 MiB) */
     /* Called from worker threads with the bytes done so far. */
     void (*progress)(void *opaque, uint64_t done, uint64_t total);
     void *progress_opaque;

@@ -631,23 +631,12 @@ static int checksum_finish(struct copy *c)
     return r < 0 ? r : blk_hasher_final(c->hasher, o->checksum);
 }
 
-/* The request size the drivers of either image ask for (0: none does). */
-static uint64_t copy_request_size(const struct blk_image *src, const struct blk_image *dst)
-{
-    uint64_t a = blk_image_copy_request_size(src), b = blk_image_copy_request_size(dst);
-
-    return a && b ? MIN(a, b) : MAX(a, b);
-}
-
 int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy_opts *opts)
 {
     struct blk_copy_opts local = *opts;
     const struct blk_copy_opts *o = &local;
     struct copy c = {.src = src, .dst = dst, .o = o};
-    uint64_t small = copy_request_size(src, dst);
-    unsigned m = o->workers ? o->workers
-                 : small    ? BLK_COPY_SMALL_REQUEST_IN_FLIGHT
-                            : BLK_COPY_DEFAULT_IN_FLIGHT;
+    unsigned m = o->workers ? o->workers : BLK_COPY_DEFAULT_IN_FLIGHT;
     unsigned n;
     pthread_t tid[MAX_THREADS];
     struct worker_arg wa = {&c, NULL};
@@ -656,7 +645,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
 
     local.compress = opts->compress || blk_image_compressed_only(dst);
     c.size = blk_image_size(src);
-    c.buffer = o->buffer_size ? o->buffer_size : small ? small : DEFAULT_BUFFER;
+    c.buffer = o->buffer_size ? o->buffer_size : DEFAULT_BUFFER;
     m = MIN(m, (unsigned)MAX_WORKERS);
     n = MIN(MAX(m, cpus_usable()), (unsigned)MAX_THREADS);
     if (blk_image_size(dst) < c.size) {

@@ -122,10 +122,6 @@ struct blk_driver {
      * name anything of this host: no backing file, parent or extent
      * (formats/named-file.c). */
     bool remote;
-    /* Bulk copies (convert): bytes per request that keep the other end
-     * busy, when smaller than the engine's default buffer suits the
-     * driver better (0: the default). */
-    uint32_t copy_request_size;
     /* Probe score for format detection from the first BLK_PROBE_BYTES of
      * the image (zero-padded past its end) and its name (NULL when a write
      * is checked): 0 = not this format, 1 = anything (raw), 100 = certain.

@@ -254,19 +254,6 @@ bool blk_image_remote(const struct blk_image *img)
     return false;
 }
 
-uint64_t blk_image_copy_request_size(const struct blk_image *img)
-{
-    uint64_t size = 0;
-
-    for (const struct blk_node *n = img->root; n; n = n->file) {
-        uint64_t s = n->drv->copy_request_size;
-        if (s && (!size || s < size)) {
-            size = s;
-        }
-    }
-    return size;
-}
-
 /* discard=ignore drops the discard, not the checks: a read-only image or
  * a range past the end is refused either way. */
 int blk_image_discard(struct blk_image *img, uint64_t off, uint64_t len, unsigned flags)

@@ -66,9 +66,9 @@ static void convert_usage(FILE *f)
             "                    read into the page cache leaves it once read)\n"
             "  -W                allow out-of-order writes (into an NBD export, in-order\n"
             "                    writes are sent in order and overlap)\n"
-            "  -m N              requests in flight, 1 to 64 (default %d; %d of 256 KiB\n"
-            "                    with an NBD image); workers: at least one per usable\n"
-            "                    CPU (taskset, cgroup quota)\n"
+            "  -m N              requests in flight, 1 to 64 (default %d; an NBD image\n"
+            "                    gets each as 256 KiB pieces, several at once); workers:\n"
+            "                    at least one per usable CPU (taskset, cgroup quota)\n"
             "  -r RATE           write at most RATE bytes a second (k, M, G... suffixes)\n"
             "  -C                copy offloading: the kernel copies data extents between\n"
             "                    files (copy_file_range, reflinks where the file system\n"
@@ -110,7 +110,7 @@ static void convert_usage(FILE *f)
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
             "that convert created is removed when it fails; one that another process uses\n"
             "is left alone.  See diskimg-convert(1).\n",
-            BLK_COPY_DEFAULT_IN_FLIGHT, BLK_COPY_SMALL_REQUEST_IN_FLIGHT, target_names());
+            BLK_COPY_DEFAULT_IN_FLIGHT, target_names());
 }
 
 static void on_signal(int sig)

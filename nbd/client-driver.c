@@ -558,11 +558,6 @@ static const struct blk_driver nbd_driver = {
     .name = "nbd",
     .claims = nbd_uri_is,
     .remote = true,
-    /* A server takes each request whole before it answers: requests of
-     * 256 KiB (nbdcopy's size too) keep both servers of a copy busy, with
-     * several on every connection, where 2 MiB ones queue behind each
-     * other (measured against nbdkit file, tests/bench/nbd-copy.sh). */
-    .copy_request_size = 256u << 10,
     .names_help = "NBD URIs (nbd://, nbds://, nbd+unix://, nbds+unix://, nbd:unix:PATH, "
                   "nbd:HOST:PORT)",
     .state_size = sizeof(struct nbd_drv),

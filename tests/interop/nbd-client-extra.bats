@@ -376,7 +376,7 @@ EOF
     grep -v '"progress"' "$TEST_DIR/err" | grep -E "lost|closed"
     [[ -e "$TEST_DIR/keep.raw" && $(stat -c %s "$TEST_DIR/keep.raw") -eq $((256 * MiB)) ]]
     # What was copied before the server died is there: the first claim
-    # (256 KiB from an NBD source) was written before the first progress
+    # (2 MiB; its first 256 KiB checked here) was written before the first progress
     # line.  nbdkit's pattern: each 8-byte word is its own offset,
     # big-endian.
     "$PYTHON3" -c '

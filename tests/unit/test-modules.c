@@ -66,7 +66,6 @@ static void same_ops(const char *name, const struct blk_driver *module)
     }
     CHECK(entry->is_format == module->is_format);
     CHECK(entry->remote == module->remote);
-    CHECK(entry->copy_request_size == module->copy_request_size);
     CHECK(entry->state_size == 0 && module->state_size > 0); /* the entry's open allocates */
     CHECK(entry->claims || strcmp(name, "https") == 0);
     CHECK(entry->options != NULL);
