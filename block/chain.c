@@ -123,9 +123,33 @@ int blk_image_make_empty(struct blk_image *img)
 
 /* ---- the worker pool ---- */
 
+int64_t blk_chain_idle_stretch(struct blk_image *img, uint64_t off, uint64_t max,
+                               blk_chain_idle_fn idle, void *opaque)
+{
+    uint64_t n = 0;
+
+    while (n < max) {
+        struct blk_extent e;
+        int r = blk_image_block_status(img, off + n, max - n, &e);
+        if (r < 0) {
+            return r;
+        }
+        int64_t quiet = idle(opaque, off + n, &e);
+        if (quiet < 0) {
+            return quiet;
+        }
+        n += MIN((uint64_t)quiet, e.length);
+        if ((uint64_t)quiet < e.length) {
+            break;
+        }
+    }
+    return (int64_t)n;
+}
+
 struct pool {
     uint64_t size, chunk;
     blk_chain_fn fn;
+    blk_chain_skip_fn skip;
     void *opaque;
     const struct blk_chain_opts *o;
     pthread_mutex_t lock;
@@ -209,6 +233,24 @@ static void pool_throttle(struct pool *p, uint64_t written)
     }
 }
 
+/* Claim the next chunk (caller holds the lock): a stretch of whole
+ * chunks fn would skip, or one chunk for fn.  1: c is to be skipped. */
+static int pool_claim_locked(struct pool *p, struct blk_chain_chunk *c)
+{
+    uint64_t left = p->size - p->next;
+    int64_t skip = p->skip ? p->skip(p->opaque, p->next, left) : 0;
+
+    if (skip < 0) {
+        return (int)skip;
+    }
+    /* Claims stay on the chunk grid, except for the image's end. */
+    uint64_t stretch = (uint64_t)skip == left ? left : ROUND_DOWN((uint64_t)skip, p->chunk);
+    c->off = p->next;
+    c->len = stretch ? stretch : MIN(p->chunk, left);
+    p->next += c->len;
+    return stretch ? 1 : 0;
+}
+
 static void *pool_worker(void *arg)
 {
     struct pool *p = arg;
@@ -227,12 +269,14 @@ static void *pool_worker(void *arg)
             pthread_mutex_unlock(&p->lock);
             break;
         }
-        c.off = p->next;
-        c.len = MIN(p->chunk, p->size - c.off);
-        p->next += c.len;
+        int r = pool_claim_locked(p, &c);
         pthread_mutex_unlock(&p->lock);
 
-        int r = p->fn(p->opaque, &c);
+        if (r == 0) {
+            r = p->fn(p->opaque, &c);
+        } else if (r == 1) {
+            r = 0;
+        }
         if (r == 0) {
             r = pool_pass_turn(p, &c);
         }
@@ -252,11 +296,12 @@ static void *pool_worker(void *arg)
     return NULL;
 }
 
-int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, void *opaque,
-                  const struct blk_chain_opts *o)
+int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, blk_chain_skip_fn skip,
+                  void *opaque, const struct blk_chain_opts *o)
 {
     static const struct blk_chain_opts none = {0};
-    struct pool p = {.size = size, .chunk = chunk, .fn = fn, .opaque = opaque, .o = o ? o : &none};
+    struct pool p = {
+        .size = size, .chunk = chunk, .fn = fn, .skip = skip, .opaque = opaque, .o = o ? o : &none};
     unsigned n = p.o->workers ? MIN(p.o->workers, MAX_WORKERS) : DEFAULT_WORKERS;
     pthread_t threads[MAX_WORKERS];
     unsigned started = 0;

@@ -42,6 +42,28 @@ static int commit_range(struct commit *c, struct blk_chain_chunk *ch, uint64_t o
     return blk_pwrite(c->base, off, ch->a, len, c->flags);
 }
 
+/* A layer above the base holds it.  depth is the holding layer + 1
+ * (0: nothing holds it). */
+static bool above_base(const struct commit *c, const struct blk_extent *e)
+{
+    return e->depth != 0 && e->depth <= c->base_depth;
+}
+
+static int64_t commit_idle(void *opaque, uint64_t off, const struct blk_extent *e)
+{
+    (void)off;
+    return above_base(opaque, e) ? 0 : (int64_t)e->length;
+}
+
+/* Nothing to commit where the base or the layers below it hold the data,
+ * or nothing does. */
+static int64_t commit_skip(void *opaque, uint64_t off, uint64_t max)
+{
+    struct commit *c = opaque;
+
+    return blk_chain_idle_stretch(c->img, off, max, commit_idle, c);
+}
+
 static int commit_chunk(void *opaque, struct blk_chain_chunk *ch)
 {
     struct commit *c = opaque;
@@ -52,8 +74,7 @@ static int commit_chunk(void *opaque, struct blk_chain_chunk *ch)
         if (r < 0) {
             return r;
         }
-        /* depth is the holding layer + 1 (0: nothing holds it) */
-        if (e.depth != 0 && e.depth <= c->base_depth) {
+        if (above_base(c, &e)) {
             r = commit_range(c, ch, pos, e.length, e.flags & BLK_EXT_ZERO);
             if (r < 0) {
                 return r;
@@ -113,6 +134,6 @@ int blk_commit_data(struct blk_image *img, unsigned base_depth, const struct blk
     if ((uint64_t)base_len < size && (r = grow_base(&c, (uint64_t)base_len, size)) < 0) {
         return r;
     }
-    r = blk_chain_run(size, CHUNK, commit_chunk, &c, o);
+    r = blk_chain_run(size, CHUNK, commit_chunk, commit_skip, &c, o);
     return r < 0 ? r : blk_flush(c.base);
 }

@@ -121,6 +121,43 @@ static int rebase_range(struct rebase *rb, struct blk_chain_chunk *c, uint64_t o
     return write_differences(rb, c, off, *len, old_zero ? NULL : old, new_zero ? NULL : new);
 }
 
+/* Held by the top layer (depth 1), or the same in both chains: nothing
+ * holds it, or only the new backing file and below. */
+static bool reads_the_same(const struct rebase *rb, const struct blk_extent *e)
+{
+    return e->depth == 1 || (rb->new_depth && (e->depth == 0 || e->depth > rb->new_depth));
+}
+
+/* What reads as zeroes in the old chain and in the new backing file
+ * alike needs no comparing either. */
+static int64_t rebase_idle(void *opaque, uint64_t off, const struct blk_extent *e)
+{
+    struct rebase *rb = opaque;
+    struct blk_extent ne;
+
+    if (reads_the_same(rb, e)) {
+        return (int64_t)e->length;
+    }
+    if (!(e->flags & BLK_EXT_ZERO)) {
+        return 0;
+    }
+    if (!rb->newb || off >= rb->new_size) {
+        return (int64_t)e->length; /* the new chain reads zeroes there */
+    }
+    int r = blk_image_block_status(rb->newb, off, MIN(e->length, rb->new_size - off), &ne);
+    if (r < 0) {
+        return r;
+    }
+    return (ne.flags & BLK_EXT_ZERO) ? (int64_t)ne.length : 0;
+}
+
+static int64_t rebase_skip(void *opaque, uint64_t off, uint64_t max)
+{
+    struct rebase *rb = opaque;
+
+    return blk_chain_idle_stretch(rb->img, off, max, rebase_idle, rb);
+}
+
 static int rebase_chunk(void *opaque, struct blk_chain_chunk *c)
 {
     struct rebase *rb = opaque;
@@ -132,10 +169,7 @@ static int rebase_chunk(void *opaque, struct blk_chain_chunk *c)
             return r;
         }
         uint64_t n = e.length;
-        /* Held by the top layer (depth 1), or the same in both chains:
-         * nothing holds it, or only the new backing file and below. */
-        bool same = e.depth == 1 || (rb->new_depth && (e.depth == 0 || e.depth > rb->new_depth));
-        if (!same) {
+        if (!reads_the_same(rb, &e)) {
             r = rebase_range(rb, c, pos, &n, e.flags & BLK_EXT_ZERO);
             if (r < 0) {
                 return r;
@@ -162,6 +196,6 @@ int blk_rebase_data(struct blk_image *img, struct blk_image *new_backing, unsign
     if (blk_image_read_only(img)) {
         return err_setx(EPERM, "%s is read-only", blk_node_filename(blk_image_root(img)));
     }
-    r = blk_chain_run(blk_image_size(img), MAX(CHUNK, rb.unit), rebase_chunk, &rb, o);
+    r = blk_chain_run(blk_image_size(img), MAX(CHUNK, rb.unit), rebase_chunk, rebase_skip, &rb, o);
     return r < 0 ? r : blk_image_flush(img);
 }

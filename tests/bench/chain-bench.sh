@@ -10,9 +10,14 @@
 #            nothing written
 #   commit   commit of an overlay holding the base's data into an empty
 #            base of the same size
+#   sparse-commit  commit of a 1 TiB overlay holding 4 MiB (at 100 and
+#            700 GiB) into its empty base
+#   sparse-rebase  rebase of a 1 TiB overlay holding 2 MiB, whose empty
+#            backing file has a backing file of its own, onto another
+#            empty 1 TiB image: only the overlay's data is not compared
 #
 # Usage: tests/bench/chain-bench.sh [ROUNDS] [SIZE_MIB]   (default 5, 512)
-# CACHE=unsafe (-t unsafe for both tools) leaves out the final flushes,
+# CASES="..." runs only those cases.  CACHE=unsafe (-t unsafe for both tools) leaves out the final flushes,
 # whose time on a shared disk is mostly the other writers' (default:
 # writeback, both tools' default).
 # Needs /var/tmp/convert-bench/src.raw (see convert-rest.sh); works in
@@ -39,6 +44,13 @@ qemu-img create -q -f qcow2 "$DIR/empty.qcow2" "${SIZE}M"
 qemu-img convert -f raw -O qcow2 "$DIR/part.raw" "$DIR/full.qcow2"
 rm -f "$DIR/part.raw"
 qemu-img convert -O raw "$DIR/base.qcow2" "$DIR/same.raw"
+qemu-img create -q -f qcow2 "$DIR/big-base.qcow2" 1T
+qemu-img create -q -f qcow2 -b big-base.qcow2 -F qcow2 "$DIR/big-top.qcow2"
+qemu-io -c "write -P 0x5a 100G 2M" -c "write -P 0x33 700G 2M" "$DIR/big-top.qcow2" >/dev/null
+qemu-img create -q -f qcow2 "$DIR/big-other.qcow2" 1T
+qemu-img create -q -f qcow2 -b big-base.qcow2 -F qcow2 "$DIR/big-mid.qcow2"
+qemu-img create -q -f qcow2 -b big-mid.qcow2 -F qcow2 "$DIR/big-r.qcow2"
+qemu-io -c "write -P 0x5a 100G 2M" "$DIR/big-r.qcow2" >/dev/null
 
 # prepare CASE: fresh copies of what CASE changes.
 prepare() {
@@ -49,6 +61,12 @@ prepare() {
     cp "$DIR/full.qcow2" "$DIR/ct.qcow2"
     qemu-img rebase -u -b cb.qcow2 -F qcow2 "$DIR/ct.qcow2"
     ;;
+  sparse-commit)
+    cp "$DIR/big-base.qcow2" "$DIR/bb.qcow2"
+    cp "$DIR/big-top.qcow2" "$DIR/bt.qcow2"
+    qemu-img rebase -u -b bb.qcow2 -F qcow2 "$DIR/bt.qcow2"
+    ;;
+  sparse-rebase) cp "$DIR/big-r.qcow2" "$DIR/br.qcow2" ;;
   esac
   sync
 }
@@ -61,6 +79,8 @@ run() {
   detach) cmd=(rebase -t "$CACHE" -b "" "$DIR/t.qcow2") ;;
   same) cmd=(rebase -t "$CACHE" -b same.raw -F raw "$DIR/t.qcow2") ;;
   commit) cmd=(commit -t "$CACHE" -q "$DIR/ct.qcow2") ;;
+  sparse-commit) cmd=(commit -t "$CACHE" -q "$DIR/bt.qcow2") ;;
+  sparse-rebase) cmd=(rebase -t "$CACHE" -b big-other.qcow2 -F qcow2 "$DIR/br.qcow2") ;;
   esac
   prepare "$2"
   start=$(date +%s.%N)
@@ -69,7 +89,7 @@ run() {
   echo "$end - $start" | bc
 }
 
-for c in detach same commit; do
+for c in ${CASES:-detach same commit sparse-commit sparse-rebase}; do
   ratios=()
   for r in $(seq "$ROUNDS"); do
     if [ $((r % 2)) -eq 1 ]; then

@@ -68,6 +68,43 @@ same_chains() {
     qemu-img compare -F raw d-top.qcow2 view.raw
 }
 
+@test "commit: a sparse 16 GiB chain, data far apart, as qemu-img commit" {
+    # Long stretches that nothing above the base holds are skipped whole;
+    # the data between them goes into the base.
+    local p
+    for p in d q; do
+        qemu-img create -q -f qcow2 "$p-base.qcow2" 16G
+        qemu-io -f qcow2 -c 'write -P 0x11 10G 1M' "$p-base.qcow2" >/dev/null
+        qemu-img create -q -f qcow2 -b "$p-base.qcow2" -F qcow2 "$p-mid.qcow2"
+        qemu-io -f qcow2 -c 'write -z 10G 64k' -c 'write -P 0x21 13G 64k' "$p-mid.qcow2" >/dev/null
+        qemu-img create -q -f qcow2 -b "$p-mid.qcow2" -F qcow2 "$p-top.qcow2"
+        qemu-io -f qcow2 -c 'write -P 0x31 14G 2M' -c 'write -P 0x32 16380M 4M' \
+            "$p-top.qcow2" >/dev/null
+    done
+    cp d-top.qcow2 view.qcow2
+    qemu-img rebase -u -b d-mid.qcow2 -F qcow2 view.qcow2
+    qemu-img convert -O qcow2 view.qcow2 view-flat.qcow2
+    "$DISKIMG" commit -q -b d-base.qcow2 d-top.qcow2
+    qemu-img commit -q -b q-base.qcow2 q-top.qcow2
+    qemu-img compare d-base.qcow2 view-flat.qcow2
+    qemu-img compare d-base.qcow2 q-base.qcow2
+    # What the base holds, neighbours merged (map splits them where the
+    # clusters lie apart in the file).
+    local m
+    m='import json, sys
+runs = []
+for e in json.load(sys.stdin):
+    k = (e["depth"], e["zero"], e["data"])
+    if runs and runs[-1][2] == k and runs[-1][1] == e["start"]:
+        runs[-1][1] += e["length"]
+    else:
+        runs.append([e["start"], e["start"] + e["length"], k])
+print(runs)'
+    diff <(qemu-img map --output=json d-base.qcow2 | "$PYTHON3" -c "$m") \
+        <(qemu-img map --output=json q-base.qcow2 | "$PYTHON3" -c "$m")
+    qemu-img check -q d-base.qcow2
+}
+
 @test "commit -b BASE: every layer above BASE goes into it, nothing is emptied (-p, -r)" {
     make_chain d
     make_chain q
