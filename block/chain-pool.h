@@ -19,6 +19,7 @@ struct blk_chain_chunk {
     uint8_t *a, *b;
     uint64_t written;
     void *pool;    /* private to chain.c */
+    uint64_t seq;  /* private to chain.c */
     bool has_turn; /* private to chain.c */
 };
 /* Return 0 or -errno with a message set. */

@@ -157,7 +157,13 @@ struct pool {
     uint64_t done;    /* under lock */
     uint64_t written; /* under lock: for the rate limit */
     uint64_t turn;    /* under lock: where the chunk that may write starts */
-    pthread_cond_t turn_done;
+    uint64_t seq;     /* under lock: the number of the next chunk claimed */
+    /* The chunk numbered seq waits for its turn on turns[seq % n_turns],
+     * and the one before it wakes only that one: the chunks waiting are
+     * numbered consecutively, one per worker (a broadcast woke every
+     * worker for each chunk). */
+    pthread_cond_t turns[MAX_WORKERS];
+    unsigned n_turns;
     uint64_t start_ns;
     int err; /* under lock: the first error */
     char msg[512];
@@ -175,7 +181,9 @@ static void pool_fail(struct pool *p, int r)
         p->err = r;
         snprintf(p->msg, sizeof p->msg, "%s", err_msg_or(r));
     }
-    pthread_cond_broadcast(&p->turn_done);
+    for (unsigned i = 0; i < p->n_turns; i++) {
+        pthread_cond_broadcast(&p->turns[i]);
+    }
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -189,7 +197,7 @@ int blk_chain_turn(struct blk_chain_chunk *c)
     }
     pthread_mutex_lock(&p->lock);
     while (p->turn != c->off && !pool_stopped_locked(p)) {
-        pthread_cond_wait(&p->turn_done, &p->lock);
+        pthread_cond_wait(&p->turns[c->seq % p->n_turns], &p->lock);
     }
     if (p->turn != c->off) {
         r = err_setx(ECANCELED, "stopped");
@@ -207,7 +215,7 @@ static int pool_pass_turn(struct pool *p, struct blk_chain_chunk *c)
     if (r == 0) {
         pthread_mutex_lock(&p->lock);
         p->turn = c->off + c->len;
-        pthread_cond_broadcast(&p->turn_done);
+        pthread_cond_signal(&p->turns[(c->seq + 1) % p->n_turns]);
         pthread_mutex_unlock(&p->lock);
     }
     return r;
@@ -246,6 +254,7 @@ static int pool_claim_locked(struct pool *p, struct blk_chain_chunk *c)
     /* Claims stay on the chunk grid, except for the image's end. */
     uint64_t stretch = (uint64_t)skip == left ? left : ROUND_DOWN((uint64_t)skip, p->chunk);
     c->off = p->next;
+    c->seq = p->seq++;
     c->len = stretch ? stretch : MIN(p->chunk, left);
     p->next += c->len;
     return stretch ? 1 : 0;
@@ -310,7 +319,10 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, blk_chain_skip
         n = (unsigned)(size / chunk + 1); /* no idle threads for a small image */
     }
     pthread_mutex_init(&p.lock, NULL);
-    pthread_cond_init(&p.turn_done, NULL);
+    p.n_turns = n;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_cond_init(&p.turns[i], NULL);
+    }
     p.start_ns = clock_ns();
     for (; started < n - 1; started++) {
         if (pthread_create(&threads[started], NULL, pool_worker, &p) != 0) {
@@ -322,7 +334,9 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, blk_chain_skip
         pthread_join(threads[i], NULL);
     }
     pthread_mutex_destroy(&p.lock);
-    pthread_cond_destroy(&p.turn_done);
+    for (unsigned i = 0; i < n; i++) {
+        pthread_cond_destroy(&p.turns[i]);
+    }
     if (p.o->cancel && *p.o->cancel) {
         return err_setx(EINTR, "interrupted");
     }
