@@ -85,26 +85,11 @@ static int switch_tables(struct qcow2_state *s, uint64_t l1_offset, uint64_t ref
                          uint32_t reftable_clusters)
 {
     struct qcow2_header h = s->hdr;
-    CLEANUP_FREE uint8_t *buf = malloc(s->cluster_size);
-    int r;
 
-    if (!buf) {
-        return err_set(ENOMEM, "qcow2: header");
-    }
     h.l1_table_offset = l1_offset;
     h.refcount_table_offset = reftable_offset;
     h.refcount_table_clusters = reftable_clusters;
-    r = qcow2_header_serialize(&h, buf, s->cluster_size);
-    if (r < 0) {
-        return err_setx(-r, "qcow2: the header does not fit in cluster 0");
-    }
-    r = blk_flush(s->file);
-    if (r == 0) {
-        r = blk_pwrite(s->file, 40, buf + 40, 20, 0);
-    }
-    if (r == 0) {
-        r = blk_flush(s->file);
-    }
+    int r = qcow2_switch_header_locked(s, &h, 40, 20);
     if (r < 0) {
         /* The header may or may not name the new tables now. */
         return qcow2_mark_corrupt_locked(s, "emptying: switching tables failed: %s", err_msg_or(r));
@@ -121,16 +106,7 @@ static int switch_tables(struct qcow2_state *s, uint64_t l1_offset, uint64_t ref
 static int adopt_tables(struct qcow2_state *s, uint64_t **reftable, uint32_t reftable_entries,
                         uint64_t file_end)
 {
-    for (uint32_t i = 0; i < s->l1_size; i++) {
-        if (s->l1[i] & L1E_OFFSET_MASK) {
-            qcow2_cache_discard_locked(s->l2_cache, s->l1[i] & L1E_OFFSET_MASK, s->cluster_size);
-        }
-    }
-    for (uint32_t i = 0; i < s->reftable_entries; i++) {
-        if (s->reftable[i]) {
-            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i], s->cluster_size);
-        }
-    }
+    qcow2_forget_tables_locked(s, s->l1, s->l1_size);
     if (s->l1_size) {
         memset(s->l1, 0, (size_t)s->l1_size * 8);
     }
@@ -143,17 +119,6 @@ static int adopt_tables(struct qcow2_state *s, uint64_t **reftable, uint32_t ref
     s->compressed_next = 0;
     s->file_end = file_end;
     return qcow2_build_metadata_map_locked(s);
-}
-
-/* Write n zero bytes at offset. */
-static int write_zeroes(struct qcow2_state *s, uint64_t offset, uint64_t n)
-{
-    CLEANUP_FREE uint8_t *zero = calloc(1, n ? n : 1);
-
-    if (!zero) {
-        return err_set(ENOMEM, "qcow2: %" PRIu64 " bytes of L1 table", n);
-    }
-    return n ? blk_pwrite(s->file, offset, zero, n, 0) : 0;
 }
 
 /* First switch: an empty L1 table at cluster 'start', past everything
@@ -174,7 +139,7 @@ static int empty_at_end(struct qcow2_state *s, uint64_t start, bool *switched)
     for (uint64_t k = start; k < start + l1c; k++) {
         c.count[k] = 1;
     }
-    r = write_zeroes(s, start << s->cluster_bits, (uint64_t)s->l1_size * 8);
+    r = blk_pwrite_zeroes(s->file, start << s->cluster_bits, (uint64_t)s->l1_size * 8, 0);
     if (r == 0) {
         r = qcow2_write_new_refcounts_locked(s, &c, start + l1c, "qcow2", &table, &area);
     }
@@ -240,11 +205,7 @@ static int rebuild_locked(struct qcow2_state *s)
     r = empty_at_end(s, start, &switched);
     if (r < 0 && !switched) {
         /* Nothing names what was appended: drop it, the image is as it was. */
-        CLEANUP_FREE char *msg = strdup(err_msg());
-        (void)blk_truncate(s->file, (uint64_t)len);
-        if (msg) {
-            err_setx(-r, "%s", msg);
-        }
+        qcow2_truncate_back_locked(s, (uint64_t)len, r);
         return r;
     }
     return r < 0 ? r : empty_at_front(s);

@@ -260,6 +260,19 @@ void qcow2_cache_discard_locked(struct qcow2_cache *c, uint64_t offset, uint64_t
 int qcow2_write_header_locked(struct qcow2_state *s);
 /* Write the header, then sync. */
 int qcow2_commit_header_locked(struct qcow2_state *s);
+/* Switch to new metadata with one write of bytes [from, from + len) of
+ * the header h serialises to (at most one sector, so it lands whole):
+ * what was written before is synced first, the switch on return. */
+int qcow2_switch_header_locked(struct qcow2_state *s, const struct qcow2_header *h, unsigned from,
+                               unsigned len);
+/* A failure before a switch: nothing names what was appended since the
+ * file was old_len long, so the file goes back to that length; the
+ * message of failure r is kept. */
+void qcow2_truncate_back_locked(struct qcow2_state *s, uint64_t old_len, int r);
+/* After a switch: forget the cached L2 tables the old L1 table (l1_size
+ * entries, host order) named and the cached refcount blocks of
+ * s->reftable, which belong to the old state. */
+void qcow2_forget_tables_locked(struct qcow2_state *s, const uint64_t *l1, uint32_t l1_size);
 /* Stop writing: set the corrupt bit (once) and fail with EIO and msg. */
 int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -306,12 +306,7 @@ static int switch_header(struct qcow2_shadow *x)
 {
     struct qcow2_state *s = x->s;
     struct qcow2_header h = s->hdr;
-    CLEANUP_FREE uint8_t *buf = malloc(s->cluster_size);
-    int r;
 
-    if (!buf) {
-        return err_set(ENOMEM, "qcow2: header");
-    }
     h.size = x->size;
     h.l1_size = x->l1_size;
     h.l1_table_offset = x->l1_offset;
@@ -319,15 +314,7 @@ static int switch_header(struct qcow2_shadow *x)
     h.refcount_table_clusters = x->reftable_clusters;
     h.nb_snapshots = x->n_snaps;
     h.snapshots_offset = x->table_offset;
-    r = qcow2_header_serialize(&h, buf, s->cluster_size);
-    if (r < 0) {
-        return err_setx(-r, "qcow2: the header does not fit in cluster 0");
-    }
-    r = blk_flush(s->file); /* everything new is durable first */
-    if (r == 0) {
-        r = blk_pwrite(s->file, 24, buf + 24, 48, 0);
-    }
-    return r < 0 ? r : blk_flush(s->file);
+    return qcow2_switch_header_locked(s, &h, 24, 48);
 }
 
 /* What the old image used and the new one does not is free space now:
@@ -357,16 +344,7 @@ static int reload_locked(struct qcow2_shadow *x, const uint64_t *old_l1, uint32_
     struct qcow2_state *s = x->s;
     int r;
 
-    for (uint32_t i = 0; i < old_l1_size; i++) {
-        if (old_l1[i] & L1E_OFFSET_MASK) {
-            qcow2_cache_discard_locked(s->l2_cache, old_l1[i] & L1E_OFFSET_MASK, s->cluster_size);
-        }
-    }
-    for (uint32_t i = 0; i < s->reftable_entries; i++) {
-        if (s->reftable[i]) {
-            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i], s->cluster_size);
-        }
-    }
+    qcow2_forget_tables_locked(s, old_l1, old_l1_size);
     s->hdr.size = x->size;
     s->hdr.l1_size = x->l1_size;
     s->hdr.l1_table_offset = x->l1_offset;
@@ -429,15 +407,7 @@ int qcow2_shadow_commit_locked(struct qcow2_shadow *x)
  * the file goes back to its length (the image is as it was). */
 void qcow2_shadow_undo_locked(struct qcow2_shadow *x, int r)
 {
-    struct qcow2_state *s = x->s;
-    CLEANUP_FREE char *msg = strdup(err_msg());
-
-    if (blk_truncate(s->file, x->old_len) == 0) {
-        s->file_end = MIN(s->file_end, ROUND_UP(x->old_len, s->cluster_size));
-    }
-    if (msg) {
-        err_setx(-r, "%s", msg);
-    }
+    qcow2_truncate_back_locked(x->s, x->old_len, r);
 }
 
 /* ---- the snapshot table ---- */

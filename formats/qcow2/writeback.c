@@ -51,6 +51,52 @@ int qcow2_commit_header_locked(struct qcow2_state *s)
     return r < 0 ? r : blk_flush(s->file);
 }
 
+int qcow2_switch_header_locked(struct qcow2_state *s, const struct qcow2_header *h, unsigned from,
+                               unsigned len)
+{
+    CLEANUP_FREE uint8_t *buf = malloc(s->cluster_size);
+    int r;
+
+    if (!buf) {
+        return err_set(ENOMEM, "qcow2: header");
+    }
+    r = qcow2_header_serialize(h, buf, s->cluster_size);
+    if (r < 0) {
+        return err_setx(-r, "qcow2: the header does not fit in cluster 0");
+    }
+    r = blk_flush(s->file);
+    if (r == 0) {
+        r = blk_pwrite(s->file, from, buf + from, len, 0);
+    }
+    return r < 0 ? r : blk_flush(s->file);
+}
+
+void qcow2_truncate_back_locked(struct qcow2_state *s, uint64_t old_len, int r)
+{
+    CLEANUP_FREE char *msg = strdup(err_msg());
+
+    if (blk_truncate(s->file, old_len) == 0) {
+        s->file_end = MIN(s->file_end, ROUND_UP(old_len, s->cluster_size));
+    }
+    if (msg) {
+        err_setx(-r, "%s", msg);
+    }
+}
+
+void qcow2_forget_tables_locked(struct qcow2_state *s, const uint64_t *l1, uint32_t l1_size)
+{
+    for (uint32_t i = 0; i < l1_size; i++) {
+        if (l1[i] & L1E_OFFSET_MASK) {
+            qcow2_cache_discard_locked(s->l2_cache, l1[i] & L1E_OFFSET_MASK, s->cluster_size);
+        }
+    }
+    for (uint32_t i = 0; i < s->reftable_entries; i++) {
+        if (s->reftable[i]) {
+            qcow2_cache_discard_locked(s->rb_cache, s->reftable[i], s->cluster_size);
+        }
+    }
+}
+
 int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
 {
     char msg[256];
