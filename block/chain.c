@@ -14,6 +14,7 @@
 #include "chain-pool.h"
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/turns.h"
 #include "common/util.h"
 #include "driver.h"
 
@@ -153,17 +154,12 @@ struct pool {
     void *opaque;
     const struct blk_chain_opts *o;
     pthread_mutex_t lock;
-    uint64_t next;    /* under lock: the next chunk to claim */
-    uint64_t done;    /* under lock */
-    uint64_t written; /* under lock: for the rate limit */
-    uint64_t turn;    /* under lock: where the chunk that may write starts */
-    uint64_t seq;     /* under lock: the number of the next chunk claimed */
-    /* The chunk numbered seq waits for its turn on turns[seq % n_turns],
-     * and the one before it wakes only that one: the chunks waiting are
-     * numbered consecutively, one per worker (a broadcast woke every
-     * worker for each chunk). */
-    pthread_cond_t turns[MAX_WORKERS];
-    unsigned n_turns;
+    uint64_t next;      /* under lock: the next chunk to claim */
+    uint64_t done;      /* under lock */
+    uint64_t written;   /* under lock: for the rate limit */
+    uint64_t turn;      /* under lock: where the chunk that may write starts */
+    uint64_t seq;       /* under lock: the number of the next chunk claimed */
+    struct turns turns; /* by chunk number */
     uint64_t start_ns;
     int err; /* under lock: the first error */
     char msg[512];
@@ -181,9 +177,7 @@ static void pool_fail(struct pool *p, int r)
         p->err = r;
         snprintf(p->msg, sizeof p->msg, "%s", err_msg_or(r));
     }
-    for (unsigned i = 0; i < p->n_turns; i++) {
-        pthread_cond_broadcast(&p->turns[i]);
-    }
+    turns_wake_all(&p->turns);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -197,7 +191,7 @@ int blk_chain_turn(struct blk_chain_chunk *c)
     }
     pthread_mutex_lock(&p->lock);
     while (p->turn != c->off && !pool_stopped_locked(p)) {
-        pthread_cond_wait(&p->turns[c->seq % p->n_turns], &p->lock);
+        turns_wait(&p->turns, c->seq, &p->lock);
     }
     if (p->turn != c->off) {
         r = err_setx(ECANCELED, "stopped");
@@ -215,7 +209,7 @@ static int pool_pass_turn(struct pool *p, struct blk_chain_chunk *c)
     if (r == 0) {
         pthread_mutex_lock(&p->lock);
         p->turn = c->off + c->len;
-        pthread_cond_signal(&p->turns[(c->seq + 1) % p->n_turns]);
+        turns_pass(&p->turns, c->seq);
         pthread_mutex_unlock(&p->lock);
     }
     return r;
@@ -319,10 +313,7 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, blk_chain_skip
         n = (unsigned)(size / chunk + 1); /* no idle threads for a small image */
     }
     pthread_mutex_init(&p.lock, NULL);
-    p.n_turns = n;
-    for (unsigned i = 0; i < n; i++) {
-        pthread_cond_init(&p.turns[i], NULL);
-    }
+    turns_init(&p.turns, n);
     p.start_ns = clock_ns();
     for (; started < n - 1; started++) {
         if (pthread_create(&threads[started], NULL, pool_worker, &p) != 0) {
@@ -334,9 +325,7 @@ int blk_chain_run(uint64_t size, uint64_t chunk, blk_chain_fn fn, blk_chain_skip
         pthread_join(threads[i], NULL);
     }
     pthread_mutex_destroy(&p.lock);
-    for (unsigned i = 0; i < n; i++) {
-        pthread_cond_destroy(&p.turns[i]);
-    }
+    turns_destroy(&p.turns);
     if (p.o->cancel && *p.o->cancel) {
         return err_setx(EINTR, "interrupted");
     }

@@ -29,6 +29,7 @@
 #include "common/cleanup.h"
 #include "common/cpus.h"
 #include "common/error.h"
+#include "common/turns.h"
 #include "common/util.h"
 
 #define DEFAULT_BUFFER (2u << 20)
@@ -37,7 +38,7 @@
 #define EARLY_FLUSH (32ULL << 20)
 #define MAX_ZERO_CLAIM (1ULL << 30) /* one zero claim at most (progress stays smooth) */
 #define MAX_WORKERS 64              /* -m */
-#define MAX_THREADS 256             /* workers, when there are more CPUs than -m */
+#define MAX_THREADS TURNS_MAX       /* workers, when there are more CPUs than -m */
 
 enum claim_kind { CLAIM_DATA, CLAIM_ZERO, CLAIM_SKIP };
 
@@ -62,14 +63,7 @@ struct copy {
      * incompressible data) a little more. */
     uint64_t slot;
     pthread_mutex_t lock;
-    /* One condition per worker: the claim numbered seq waits for its
-     * turn on turns[seq % n_turns] and the claim before it wakes only
-     * that one.  The claims waiting are numbered consecutively and each
-     * worker holds one, so no two share a condition (a broadcast to
-     * every worker woke all of them for each write and cost ~15 futex
-     * calls per request on an NBD-to-NBD copy). */
-    pthread_cond_t turns[MAX_THREADS];
-    unsigned n_turns;
+    struct turns turns; /* in-order writes, by claim number */
     pthread_cond_t io_free;
     struct blk_rate rate; /* -r */
     _Atomic bool offload; /* -C, until copy offloading fails once */
@@ -111,9 +105,7 @@ static void copy_fail(struct copy *c, int r)
         c->err = r;
         snprintf(c->msg, sizeof c->msg, "%s", err_msg_or(r));
     }
-    for (unsigned i = 0; i < c->n_turns; i++) {
-        pthread_cond_broadcast(&c->turns[i]);
-    }
+    turns_wake_all(&c->turns);
     pthread_cond_broadcast(&c->io_free);
     pthread_mutex_unlock(&c->lock);
 }
@@ -251,7 +243,7 @@ static void wait_turn(struct copy *c, const struct claim *cl)
     }
     pthread_mutex_lock(&c->lock);
     while (c->next_write != cl->start && !copy_failed_locked(c)) {
-        pthread_cond_wait(&c->turns[cl->seq % c->n_turns], &c->lock);
+        turns_wait(&c->turns, cl->seq, &c->lock);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -260,7 +252,7 @@ static void wait_turn(struct copy *c, const struct claim *cl)
 static void pass_turn_locked(struct copy *c, const struct claim *cl)
 {
     c->next_write = cl->start + cl->len;
-    pthread_cond_signal(&c->turns[(cl->seq + 1) % c->n_turns]);
+    turns_pass(&c->turns, cl->seq);
 }
 
 static void finish_claim(struct copy *c, const struct claim *cl)
@@ -681,10 +673,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
                   blk_image_cluster_size(dst) == 0;
     blk_rate_init(&c.rate, o->rate_limit);
     pthread_mutex_init(&c.lock, NULL);
-    c.n_turns = n;
-    for (unsigned i = 0; i < n; i++) {
-        pthread_cond_init(&c.turns[i], NULL);
-    }
+    turns_init(&c.turns, n);
     pthread_cond_init(&c.io_free, NULL);
     c.io_limit = m;
     for (unsigned i = 0; i < n; i++) {
@@ -704,9 +693,7 @@ int blk_copy(struct blk_image *src, struct blk_image *dst, const struct blk_copy
         *o->offloaded = atomic_load(&c.offloaded);
     }
     pthread_mutex_destroy(&c.lock);
-    for (unsigned i = 0; i < n; i++) {
-        pthread_cond_destroy(&c.turns[i]);
-    }
+    turns_destroy(&c.turns);
     pthread_cond_destroy(&c.io_free);
     free(zeroes);
     if (c.err) {
