@@ -10,8 +10,9 @@
  * A request is sent under the connection's send lock (nbd_client_submit)
  * and its thread sleeps (nbd_client_wait) until the reader has filled its
  * buffer (read data lands straight in the caller's iovec) and marked it
- * done; a thread may send several before it waits for them.  Any protocol violation by the server
- * ends the connection and fails every request in flight. */
+ * done; a thread may send several before it waits for them.  Any protocol
+ * violation by the server ends the connection and fails every request in
+ * flight. */
 #ifndef DISKIMG_NBD_CLIENT_H
 #define DISKIMG_NBD_CLIENT_H
 
