@@ -1,6 +1,6 @@
-# tests/crash-lib.bash: running diskimg so that it dies (SIGKILL) in the
-# middle of its work, for the suites that check what a killed write leaves
-# (load '../crash-lib' after '../helpers').
+# tests/crash-lib.bash: running diskimg so that it dies (SIGKILL) or meets
+# a write error in the middle of its work, for the suites that check what
+# a killed or failed write leaves (load '../crash-lib' after '../helpers').
 
 KILL_LIB=${DISKIMG_KILL_AFTER_LIB:-$BATS_TEST_DIRNAME/../../build/tests/kill-after.so}
 
@@ -13,6 +13,28 @@ killed_after() {
     { LD_PRELOAD=$KILL_LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
         DISKIMG_KILL_AFTER=$n "$DISKIMG" "$@"; } >/dev/null 2>&1 || rc=$?
     return $rc
+}
+
+# failing_after N ARGS...: diskimg ARGS, its Nth write, sync or truncate
+# failing with EIO and every other one done (DISKIMG_FAIL_AFTER, same
+# shim); its output and status are diskimg's.
+failing_after() {
+    local n=$1
+    shift
+    LD_PRELOAD=$KILL_LIB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+        DISKIMG_FAIL_AFTER=$n "$DISKIMG" "$@"
+}
+
+# failed_in_one_line: after `run --separate-stderr failing_after ...`,
+# the run failed as a write error should: exit 1, nothing on stdout, one
+# line on stderr, the error, after the note of marking the image corrupt
+# if the failure left its header in doubt.
+failed_in_one_line() {
+    [[ $status -eq 1 && -z $output ]] || return 1
+    [[ ${#stderr_lines[@]} -eq 1 ||
+        (${#stderr_lines[@]} -eq 2 && ${stderr_lines[0]} == *"marking the image corrupt"*) ]] ||
+        return 1
+    [[ ${stderr_lines[-1]} == "diskimg: "*"Input/output error" ]]
 }
 
 # killed_at_random RESET CHECK ARGS...: diskimg ARGS on the images that
