@@ -27,6 +27,15 @@
  * overwrites its tables in place under the dirty bit and leaves the
  * refcounts to be repaired if it is interrupted.
  *
+ * Write errors leave the same states.  A failure before the first
+ * switch's header write is issued (appending the tables, the sync before
+ * it) cuts the file back: the old image, byte for byte.  Once that write
+ * is issued the header may name either tables, so nothing is cut; a
+ * failure of the write or of the sync after it marks the image corrupt
+ * (the marking rewrites the header from memory: the tables before the
+ * switch).  A failure before the second switch's write leaves the empty
+ * image at the end, still in use.
+ *
  * Not for: dropping clusters slice by slice (chain.c); the data copy
  * (block/commit.c).
  *
@@ -80,19 +89,24 @@ static bool file_resizable(struct qcow2_state *s)
 
 /* Point the header at another L1 table and refcount table: bytes 40..59
  * in one write, everything written before durable first, the switch
- * durable on return. */
+ * durable on return.  *switched: that write was issued, so the header may
+ * name the new tables, also on failure.  A failure before it changed
+ * nothing the header names and is returned as it is. */
 static int switch_tables(struct qcow2_state *s, uint64_t l1_offset, uint64_t reftable_offset,
-                         uint32_t reftable_clusters)
+                         uint32_t reftable_clusters, bool *switched)
 {
     struct qcow2_header h = s->hdr;
 
     h.l1_table_offset = l1_offset;
     h.refcount_table_offset = reftable_offset;
     h.refcount_table_clusters = reftable_clusters;
-    int r = qcow2_switch_header_locked(s, &h, 40, 20);
-    if (r < 0) {
+    int r = qcow2_switch_header_locked(s, &h, 40, 20, switched);
+    if (r < 0 && *switched) {
         /* The header may or may not name the new tables now. */
         return qcow2_mark_corrupt_locked(s, "emptying: switching tables failed: %s", err_msg_or(r));
+    }
+    if (r < 0) {
+        return r;
     }
     s->hdr.l1_table_offset = l1_offset;
     s->hdr.refcount_table_offset = reftable_offset;
@@ -123,7 +137,8 @@ static int adopt_tables(struct qcow2_state *s, uint64_t **reftable, uint32_t ref
 
 /* First switch: an empty L1 table at cluster 'start', past everything
  * the image uses, then a refcount structure counting cluster 0, the L1
- * table and itself (refcount-new.c). */
+ * table and itself (refcount-new.c).  *switched as switch_tables sets it;
+ * false on a failure before. */
 static int empty_at_end(struct qcow2_state *s, uint64_t start, bool *switched)
 {
     uint64_t l1c = l1_clusters(s);
@@ -145,9 +160,8 @@ static int empty_at_end(struct qcow2_state *s, uint64_t start, bool *switched)
     }
     free(c.count);
     if (r == 0) {
-        *switched = true; /* or maybe: the header may name the new tables */
         r = switch_tables(s, start << s->cluster_bits, (start + l1c) << s->cluster_bits,
-                          (uint32_t)area.table_clusters);
+                          (uint32_t)area.table_clusters, switched);
     }
     if (r < 0) {
         return r;
@@ -164,6 +178,7 @@ static int empty_at_front(struct qcow2_state *s)
     uint64_t cs = s->cluster_size, l1c = l1_clusters(s), end = (3 + l1c) * cs;
     CLEANUP_FREE uint8_t *buf = calloc(2 + l1c, cs);
     CLEANUP_FREE uint64_t *table = calloc(cs / 8, 8);
+    bool switched; /* a failure leaves the first switch's image either way */
     int r;
 
     if (!buf || !table) {
@@ -176,7 +191,7 @@ static int empty_at_front(struct qcow2_state *s)
     }
     r = blk_pwrite(s->file, cs, buf, (2 + l1c) * cs, 0);
     if (r == 0) {
-        r = switch_tables(s, 3 * cs, cs, 1);
+        r = switch_tables(s, 3 * cs, cs, 1, &switched);
     }
     if (r < 0) {
         return r;
@@ -204,7 +219,8 @@ static int rebuild_locked(struct qcow2_state *s)
     start = MAX(start, 3 + l1_clusters(s));
     r = empty_at_end(s, start, &switched);
     if (r < 0 && !switched) {
-        /* Nothing names what was appended: drop it, the image is as it was. */
+        /* The header write was not issued, so nothing names what was
+         * appended: drop it, the image is as it was. */
         qcow2_truncate_back_locked(s, (uint64_t)len, r);
         return r;
     }

@@ -262,9 +262,11 @@ int qcow2_write_header_locked(struct qcow2_state *s);
 int qcow2_commit_header_locked(struct qcow2_state *s);
 /* Switch to new metadata with one write of bytes [from, from + len) of
  * the header h serialises to (at most one sector, so it lands whole):
- * what was written before is synced first, the switch on return. */
+ * what was written before is synced first, the switch on return.
+ * *issued tells, also on failure, whether that write was started: only
+ * then may the header name the new metadata. */
 int qcow2_switch_header_locked(struct qcow2_state *s, const struct qcow2_header *h, unsigned from,
-                               unsigned len);
+                               unsigned len, bool *issued);
 /* A failure before a switch: nothing names what was appended since the
  * file was old_len long, so the file goes back to that length; the
  * message of failure r is kept. */

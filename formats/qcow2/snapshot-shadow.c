@@ -314,7 +314,8 @@ static int switch_header(struct qcow2_shadow *x)
     h.refcount_table_clusters = x->reftable_clusters;
     h.nb_snapshots = x->n_snaps;
     h.snapshots_offset = x->table_offset;
-    return qcow2_switch_header_locked(s, &h, 24, 48);
+    bool issued;
+    return qcow2_switch_header_locked(s, &h, 24, 48, &issued);
 }
 
 /* What the old image used and the new one does not is free space now:

@@ -52,11 +52,12 @@ int qcow2_commit_header_locked(struct qcow2_state *s)
 }
 
 int qcow2_switch_header_locked(struct qcow2_state *s, const struct qcow2_header *h, unsigned from,
-                               unsigned len)
+                               unsigned len, bool *issued)
 {
     CLEANUP_FREE uint8_t *buf = malloc(s->cluster_size);
     int r;
 
+    *issued = false;
     if (!buf) {
         return err_set(ENOMEM, "qcow2: header");
     }
@@ -65,9 +66,12 @@ int qcow2_switch_header_locked(struct qcow2_state *s, const struct qcow2_header 
         return err_setx(-r, "qcow2: the header does not fit in cluster 0");
     }
     r = blk_flush(s->file);
-    if (r == 0) {
-        r = blk_pwrite(s->file, from, buf + from, len, 0);
+    if (r < 0) {
+        return r;
     }
+    /* From here a failure cannot tell whether the bytes reached the file. */
+    *issued = true;
+    r = blk_pwrite(s->file, from, buf + from, len, 0);
     return r < 0 ? r : blk_flush(s->file);
 }
 

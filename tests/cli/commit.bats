@@ -8,7 +8,9 @@
 # writethrough run, commit leaves a chain that reads as before.  The
 # emptied overlay is as small as qemu-img commit leaves it: rebuilt to
 # qemu's length and tables, or (snapshots, bitmaps, v2) its freed space
-# punched; killed at each step of the rebuild, it checks clean.
+# punched; killed at each step of the rebuild, it checks clean, and a
+# write error at each step (tests/preload/kill-after.c again) leaves it
+# clean and reading the same, unchanged if before the first switch.
 
 load '../helpers'
 load '../crash-lib'
@@ -384,8 +386,10 @@ info_fields() {
     qemu-io -f qcow2 -r -c 'read -P 1 0 4M' -c 'read -P 2 30M 3M' d.qcow2 >/dev/null
 }
 
-@test "commit: killed at each step of the rebuild, the overlay checks clean and reads the same" {
-    # Little data, so that most of the kills fall in the rebuild.
+# make_small_overlay: o-base.qcow2 <- o.qcow2 with little data, so that
+# most of a commit's writes fall in the rebuild; view.raw what it reads,
+# b.orig and o.orig copies that reset_small_overlay puts back.
+make_small_overlay() {
     qemu-img create -q -f qcow2 o-base.qcow2 4M
     qemu-img create -q -f qcow2 -b o-base.qcow2 -F qcow2 o.qcow2
     qemu-io -f qcow2 -c 'write -P 1 0 64k' -c 'write -P 2 1M 128k' -c 'write -z 2M 64k' \
@@ -393,10 +397,17 @@ info_fields() {
     qemu-img convert -O raw o.qcow2 view.raw
     cp o-base.qcow2 b.orig
     cp o.qcow2 o.orig
+}
+reset_small_overlay() {
+    cp b.orig o-base.qcow2
+    cp o.orig o.qcow2
+}
+
+@test "commit: killed at each step of the rebuild, the overlay checks clean and reads the same" {
+    make_small_overlay
     local n rc len last=0 lens=()
     for n in $(seq 1 40); do
-        cp b.orig o-base.qcow2
-        cp o.orig o.qcow2
+        reset_small_overlay
         rc=0
         killed_after "$n" commit -q o.qcow2 || rc=$?
         [[ $rc -eq 0 || $rc -eq 137 ]] || { echo "killed after $n: exit $rc" >&2; return 1; }
@@ -411,5 +422,51 @@ info_fields() {
     [[ $rc -eq 0 && $len -eq 262144 ]]
     # The old length, the tables past it, then qemu's.
     [[ ${#lens[@]} -ge 3 && ${lens[0]} -eq $(stat -c %s o.orig) ]]
+    qemu-img compare -F raw o-base.qcow2 view.raw
+}
+
+@test "commit: a write error at each step of the rebuild leaves the overlay clean, reading the same" {
+    make_small_overlay
+    # From runs killed before each call in turn: how many writes, syncs
+    # and truncates the commit makes, and which is the first switch's
+    # header write (the kill after it is the first to leave the header
+    # naming other tables).
+    local n rc calls=0 switch=0
+    for n in $(seq 1 60); do
+        reset_small_overlay
+        rc=0
+        killed_after "$n" commit -q o.qcow2 || rc=$?
+        if [[ $rc -eq 0 ]]; then
+            calls=$((n - 1))
+            break
+        fi
+        if [[ $switch -eq 0 ]] && ! cmp -s <(head -c 60 o.qcow2) <(head -c 60 o.orig); then
+            switch=$((n - 1))
+        fi
+    done
+    [[ $calls -gt 0 && $switch -gt 1 ]]
+    # Each of those calls fails in turn (EIO), the others are done.
+    local failed=0 len=$(stat -c %s o.orig)
+    for n in $(seq 1 $((calls + 1))); do
+        reset_small_overlay
+        run --separate-stderr failing_after "$n" commit -q o.qcow2
+        qemu-img check -q o.qcow2 || { echo "write $n failed: check $?" >&2; return 1; }
+        qemu-img check -q o-base.qcow2 || [[ $? -eq 3 ]]
+        qemu-img compare -q -F raw o.qcow2 view.raw || { echo "write $n failed" >&2; return 1; }
+        # Some calls may fail unnoticed: probes of what the file can do.
+        [[ $status -ne 0 ]] || continue
+        failed=$((failed + 1))
+        failed_in_one_line || { echo "write $n failed: exit $status, $stderr" >&2; return 1; }
+        if [[ $n -lt $switch ]]; then
+            # Nothing switched: the overlay as it was, not even longer.
+            [[ $(stat -c %s o.qcow2) -eq $len ]] || {
+                echo "write $n failed, before the switch at $switch: the overlay grew" >&2
+                return 1
+            }
+            cmp o.qcow2 o.orig
+        fi
+    done
+    # No failure: the whole rebuild, as qemu-img commit leaves it.
+    [[ $status -eq 0 && $(stat -c %s o.qcow2) -eq 262144 && $failed -gt $((calls / 2)) ]]
     qemu-img compare -F raw o-base.qcow2 view.raw
 }
