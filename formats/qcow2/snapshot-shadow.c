@@ -301,7 +301,8 @@ static int put_refcounts(struct qcow2_shadow *x)
 /* ---- the switch ---- */
 
 /* Bytes 24..71 of the header (size, L1, refcount and snapshot tables), in
- * one write: the moment the new state replaces the old. */
+ * one write: the moment the new state replaces the old.  x->switched once
+ * that write is issued, also if it fails. */
 static int switch_header(struct qcow2_shadow *x)
 {
     struct qcow2_state *s = x->s;
@@ -314,8 +315,7 @@ static int switch_header(struct qcow2_shadow *x)
     h.refcount_table_clusters = x->reftable_clusters;
     h.nb_snapshots = x->n_snaps;
     h.snapshots_offset = x->table_offset;
-    bool issued;
-    return qcow2_switch_header_locked(s, &h, 24, 48, &issued);
+    return qcow2_switch_header_locked(s, &h, 24, 48, &x->switched);
 }
 
 /* What the old image used and the new one does not is free space now:
@@ -392,8 +392,11 @@ int qcow2_shadow_commit_locked(struct qcow2_shadow *x)
         return r;
     }
     r = switch_header(x);
-    x->switched = true; /* or maybe: the header may have been written */
+    if (r < 0 && !x->switched) {
+        return r; /* the header is untouched: undo as before a switch */
+    }
     if (r < 0) {
+        /* The header may or may not name the new state now. */
         return qcow2_mark_corrupt_locked(s, "switching to the new snapshot state failed: %s",
                                          err_msg_or(r));
     }

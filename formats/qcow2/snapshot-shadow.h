@@ -27,7 +27,7 @@ struct qcow2_shadow {
     uint64_t table_offset, table_bytes; /* the new snapshot table */
 
     bool own_snaps; /* snaps is ours to free (not s->snapshots) */
-    bool switched;  /* the header points at the new state */
+    bool switched;  /* the header write naming the new state was issued */
 
     uint32_t *counts; /* references per cluster in the new state */
     uint64_t n_counts;

@@ -6,7 +6,9 @@
 # find the image clean (not even leaks: the change is one header write),
 # and the image must be either as it was or with the change made: its
 # snapshot list (qemu-img snapshot -l) and its content (qemu-img compare)
-# one or the other, never a mix.
+# one or the other, never a mix.  The same shim makes each of those calls
+# fail with EIO in turn instead: the image checks clean in one state or the
+# other, and a failure before the header switch leaves it as it was.
 
 load '../helpers'
 load '../crash-lib'
@@ -53,6 +55,59 @@ crash_walk() {
     done
     echo "$op: still killed after 100 writes" >&2
     return 1
+}
+
+# error_walk BASE "OP ARGS" OLD_CONTENT NEW_CONTENT: run the operation on
+# a copy of BASE with its 1st, 2nd, ... write, sync or truncate failing
+# (EIO, the others done), until it makes fewer.  Each failure must leave
+# the image clean in one state or the other, one line on stderr, and, if
+# it came before the header switch, the file as it was, byte for byte.
+# Where the switch falls, and how many calls there are, a walk of kills
+# tells: the first kill to leave header bytes 24..71 changed comes just
+# after the switch.
+error_walk() {
+    local base=$1 op=$2 old=$3 new=$4 work=$TEST_DIR/work.qcow2
+    local old_tags new_tags n rc now switch=0 calls
+    old_tags=$(tags "$base")
+    cp "$base" "$work"
+    # shellcheck disable=SC2086
+    "$DISKIMG" snapshot $op "$work"
+    new_tags=$(tags "$work")
+    for n in $(seq 1 100); do
+        cp "$base" "$work"
+        rc=0
+        # shellcheck disable=SC2086
+        killed_after "$n" snapshot $op "$work" || rc=$?
+        [[ $rc -ne 0 ]] || break
+        if [[ $switch -eq 0 ]] && ! cmp -s <(head -c 72 "$work") <(head -c 72 "$base"); then
+            switch=$((n - 1))
+        fi
+    done
+    calls=$((n - 1))
+    [[ $rc -eq 0 && $switch -gt 1 ]]
+    for n in $(seq 1 $((calls + 1))); do
+        cp "$base" "$work"
+        # shellcheck disable=SC2086
+        run --separate-stderr failing_after "$n" snapshot $op "$work"
+        rc=$status
+        if [[ $rc -ne 0 ]] && ! failed_in_one_line; then
+            echo "$op, write $n failed: exit $rc, $stderr" >&2
+            return 1
+        fi
+        if [[ $rc -ne 0 && $n -lt $switch ]] && ! cmp -s "$base" "$work"; then
+            echo "$op, write $n failed, before the switch at $switch: the image changed" >&2
+            return 1
+        fi
+        run qemu-img check "$work"
+        [[ $status -eq 0 ]] || { echo "$op, write $n failed: $output" >&2; return 1; }
+        now=$(tags "$work")
+        if ! { [[ "$now" == "$old_tags" && $rc -ne 0 ]] && qemu-img compare -q "$old" "$work"; } &&
+            ! { [[ "$now" == "$new_tags" ]] && qemu-img compare -q "$new" "$work"; }; then
+            echo "$op, write $n failed: snapshots '$now' or the content is neither state" >&2
+            return 1
+        fi
+    done
+    [[ $rc -eq 0 ]]
 }
 
 # base IMAGE [create options]: data, a snapshot 'one' made by qemu-img,
@@ -102,4 +157,14 @@ base() {
     [[ $(stat -c %s "$TEST_DIR/work.qcow2") -le $(($(stat -c %s "$img") + 5 * 4096)) ]]
     "$DISKIMG" snapshot -a three "$img"
     qemu-img check "$img"
+}
+
+@test "snapshot write errors: EIO at each write and sync of -c, -a and -d" {
+    require_tool qemu-img qemu-io
+    [[ -f "$KILL_LIB" ]] || skip "kill-after.so is not built"
+    local img=$TEST_DIR/a.qcow2
+    base "$img"
+    error_walk "$img" "-c two" "$img" "$img"
+    error_walk "$img" "-a one" "$img" "$TEST_DIR/one.qcow2"
+    error_walk "$img" "-d one" "$img" "$img"
 }
