@@ -449,6 +449,10 @@ time.sleep(120)
     # 80 MiB of data, a hole, then data again: the copy reads block
     # status, writes requests of at most 256 KiB (several in flight, in
     # order), and flushes the target every 32 MiB besides the final flush.
+    # A threshold crossed while an early flush is still running is not
+    # flushed again (early_flush in block/copy.c), and on a fast machine
+    # the last 48 MiB are copied within one flush: so at least one early
+    # flush, and the final one.
     head -c $((40 * MiB)) /dev/urandom >"$TEST_DIR/s.raw"
     truncate -s $((48 * MiB)) "$TEST_DIR/s.raw"
     head -c $((40 * MiB)) /dev/urandom >>"$TEST_DIR/s.raw"
@@ -465,7 +469,7 @@ time.sleep(120)
     [[ $(json_get "$(cat "$TEST_DIR/t.json")" "$c[\"NBD_CMD_WRITE\"][\"count\"]") -ge 320 ]]
     local flushes
     flushes=$(json_get "$(cat "$TEST_DIR/t.json")" "$c[\"NBD_CMD_FLUSH\"][\"count\"]")
-    [[ $flushes -ge 3 ]] || { echo "$flushes flush(es) for an 80 MiB copy" >&2; return 1; }
+    [[ $flushes -ge 2 ]] || { echo "$flushes flush(es) for an 80 MiB copy" >&2; return 1; }
 
     # -m 1: one request at a time, the same bytes.
     truncate -s 0 "$TEST_DIR/t.raw"
