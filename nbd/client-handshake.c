@@ -493,19 +493,12 @@ static int handshake(struct hs *h, struct nbd_client_conn *c, const struct nbd_u
 int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned timeout_s,
                        struct nbd_client_conn **out, struct nbd_client_export *exp)
 {
-    struct nbd_client_conn *c = calloc(1, sizeof *c);
+    struct nbd_client_conn *c = nbd_client_conn_new();
     char where[300];
     int r;
 
     if (!c) {
         return err_set(ENOMEM, "NBD connection");
-    }
-    c->fd = -1;
-    pthread_mutex_init(&c->send_lock, NULL);
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->slot_free, NULL);
-    for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
-        pthread_cond_init(&c->slots[i].cond, NULL);
     }
     if (u->unix_socket) {
         snprintf(where, sizeof where, "nbd+unix socket %s", u->socket);

@@ -1,8 +1,16 @@
 /* nbd/client.c: NBD transmission on the client side.  Many threads send
- * requests on one connection; one reader thread reads every reply, puts
- * READ data straight into the waiting request's buffers and wakes it.
- * Cookies are slot numbers plus a generation, so a late or forged reply
- * can never complete the wrong request.
+ * requests on one connection; replies are read by whichever thread holds
+ * the read side, which puts READ data straight into the waiting request's
+ * buffers and marks it done.  Cookies are slot numbers plus a generation,
+ * so a late or forged reply can never complete the wrong request.
+ *
+ * Who reads: a thread that waits for a reply takes the read side when no
+ * other thread holds it, and reads replies, its own and others', until its
+ * own is in; then it wakes one waiting thread to take over.  A thread
+ * whose reply comes first, as on a connection it alone uses, never hands
+ * the reply to another thread and never sleeps for the hand-off: a
+ * dedicated reader thread cost a wake-up per reply on both sides.  TLS
+ * connections keep that thread (nbd_client_start says why).
  *
  * Nothing a server sends is trusted: a structured READ reply must cover
  * each byte of the request exactly once (read-cover.c), so chunks outside
@@ -13,6 +21,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,29 +365,26 @@ static int read_simple(struct nbd_client_conn *c)
     return r;
 }
 
-static void *reader_main(void *arg)
+/* One simple reply, or one chunk of a structured reply. */
+static int read_reply(struct nbd_client_conn *c)
 {
-    struct nbd_client_conn *c = arg;
-    int r;
+    uint32_t magic;
+    int r = recv_all(c, &magic, 4);
 
-    for (;;) {
-        uint32_t magic;
-        r = recv_all(c, &magic, 4);
-        if (r < 0) {
-            break;
-        }
-        magic = be32toh(magic);
-        if (magic == NBD_SIMPLE_REPLY_MAGIC) {
-            r = read_simple(c);
-        } else if (magic == NBD_STRUCTURED_REPLY_MAGIC) {
-            r = read_chunk(c);
-        } else {
-            r = -EPROTO;
-        }
-        if (r < 0) {
-            break;
-        }
+    if (r < 0) {
+        return r;
     }
+    magic = be32toh(magic);
+    if (magic == NBD_SIMPLE_REPLY_MAGIC) {
+        return read_simple(c);
+    }
+    return magic == NBD_STRUCTURED_REPLY_MAGIC ? read_chunk(c) : -EPROTO;
+}
+
+/* Reading a reply failed with r: the connection ends, and every request
+ * in flight fails with why. */
+static void read_failed(struct nbd_client_conn *c, int r)
+{
     if (r == -EPROTO) {
         char why[sizeof c->proto_err + 64];
         snprintf(why, sizeof why, "the NBD server sent an invalid reply%s%s",
@@ -387,6 +393,46 @@ static void *reader_main(void *arg)
     } else {
         conn_die(c, ECONNRESET, "the connection to the NBD server was lost");
     }
+}
+
+/* Give the read side up, and wake one thread waiting for its reply to
+ * take it over.  Under c->lock. */
+static void release_read_side_locked(struct nbd_client_conn *c)
+{
+    c->reading = false;
+    for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
+        struct nbd_client_slot *s = &c->slots[i];
+        if (s->waiting && !s->done) {
+            pthread_cond_signal(&s->cond);
+            return;
+        }
+    }
+}
+
+/* Read replies until slot s is done; the caller holds the read side and
+ * c->lock, and still does on return. */
+static void read_until_done_locked(struct nbd_client_conn *c, const struct nbd_client_slot *s)
+{
+    while (!s->done) {
+        pthread_mutex_unlock(&c->lock);
+        int r = read_reply(c);
+        if (r < 0) {
+            read_failed(c, r); /* marks every request done, s too */
+        }
+        pthread_mutex_lock(&c->lock);
+    }
+}
+
+/* TLS: the thread that holds the read side for good. */
+static void *reader_main(void *arg)
+{
+    struct nbd_client_conn *c = arg;
+    int r;
+
+    do {
+        r = read_reply(c);
+    } while (r == 0);
+    read_failed(c, r);
     return NULL;
 }
 
@@ -436,8 +482,34 @@ static void peer_remove(struct nbd_client_conn *c)
     pthread_mutex_unlock(&peers_lock);
 }
 
+struct nbd_client_conn *nbd_client_conn_new(void)
+{
+    struct nbd_client_conn *c = calloc(1, sizeof *c);
+
+    if (!c) {
+        return NULL;
+    }
+    c->fd = -1;
+    pthread_mutex_init(&c->send_lock, NULL);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->slot_free, NULL);
+    for (int i = 0; i < NBD_CLIENT_SLOTS; i++) {
+        pthread_cond_init(&c->slots[i].cond, NULL);
+    }
+    return c;
+}
+
+/* A plain connection needs no thread: its waiters read.  Over TLS a
+ * sender cannot read replies while its send waits for room (wait_room),
+ * since a TLS send cannot be tried without blocking, so one thread keeps
+ * reading replies however long a send waits. */
 int nbd_client_start(struct nbd_client_conn *c)
 {
+    c->started = true;
+    if (!c->tls) {
+        return 0;
+    }
+    c->reading = true;
     if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
         return err_set(EAGAIN, "starting the NBD reply reader");
     }
@@ -454,9 +526,9 @@ void nbd_client_close(struct nbd_client_conn *c)
         return;
     }
     peer_remove(c);
-    if (c->reader_running) {
-        /* A polite goodbye, then wait for the reader to see the end. */
-        /* Through TLS when the session has it, then TLS's own goodbye. */
+    if (c->started) {
+        /* A polite goodbye (through TLS when the session has it, then
+         * TLS's own), and for TLS wait for the reader to see the end. */
         struct nbd_request disc = {htobe32(NBD_REQUEST_MAGIC), 0, htobe16(NBD_CMD_DISC), 0, 0, 0};
         (void)send_request(c, &disc, NULL, 0);
         if (c->tls) {
@@ -465,6 +537,8 @@ void nbd_client_close(struct nbd_client_conn *c)
             pthread_mutex_unlock(&c->send_lock);
         }
         shutdown(c->fd, SHUT_RDWR);
+    }
+    if (c->reader_running) {
         pthread_join(c->reader, NULL);
     }
     nbd_tls_session_close(c->tls);
@@ -480,6 +554,34 @@ void nbd_client_close(struct nbd_client_conn *c)
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->slot_free);
     free(c);
+}
+
+/* The send buffer is full.  A server may stop reading requests while its
+ * replies wait to be read, and the threads that would read them may be
+ * queued behind this one for the send lock: so while it waits for room,
+ * the sender reads replies itself when no other thread holds the read
+ * side. */
+static void wait_room(struct nbd_client_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    bool read_side = !c->reading && !c->dead;
+    if (read_side) {
+        c->reading = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+
+    struct pollfd p = {.fd = c->fd, .events = (short)(POLLOUT | (read_side ? POLLIN : 0))};
+    if (poll(&p, 1, -1) > 0 && read_side && (p.revents & ~POLLOUT)) {
+        int r = read_reply(c);
+        if (r < 0) {
+            read_failed(c, r);
+        }
+    }
+    if (read_side) {
+        pthread_mutex_lock(&c->lock);
+        release_read_side_locked(c);
+        pthread_mutex_unlock(&c->lock);
+    }
 }
 
 static int send_request(struct nbd_client_conn *c, const struct nbd_request *req,
@@ -503,9 +605,13 @@ static int send_request(struct nbd_client_conn *c, const struct nbd_request *req
     }
     while (n > 0) {
         struct msghdr msg = {.msg_iov = p, .msg_iovlen = (size_t)n};
-        ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (sent < 0) {
             if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                wait_room(c);
                 continue;
             }
             r = -errno;
@@ -559,6 +665,7 @@ int nbd_client_submit(struct nbd_client_conn *c, uint16_t type, uint16_t flags, 
     s = &c->slots[idx];
     s->busy = true;
     s->done = false;
+    s->waiting = false;
     s->generation++;
     s->type = type;
     s->offset = offset;
@@ -600,7 +707,15 @@ int nbd_client_wait(const struct nbd_client_ticket *t, struct nbd_client_extent 
 
     pthread_mutex_lock(&c->lock);
     while (!s->done) {
+        if (!c->reading) {
+            c->reading = true;
+            read_until_done_locked(c, s);
+            release_read_side_locked(c);
+            break;
+        }
+        s->waiting = true;
         pthread_cond_wait(&s->cond, &c->lock);
+        s->waiting = false;
     }
     r = s->err ? -s->err : 0;
     if (r < 0) {

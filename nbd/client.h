@@ -3,16 +3,15 @@
  *   client-handshake.c  connect, fixed newstyle negotiation (GO, structured
  *                       replies, base:allocation), EXPORT_NAME fallback
  *   client.c            transmission: requests from many threads on one
- *                       connection, a reader thread matching replies to
- *                       requests by cookie
+ *                       connection, replies matched to requests by cookie
  *   client-driver.c     the "nbd" protocol driver of the block layer
  *
  * A request is sent under the connection's send lock (nbd_client_submit)
- * and its thread sleeps (nbd_client_wait) until the reader has filled its
- * buffer (read data lands straight in the caller's iovec) and marked it
- * done; a thread may send several before it waits for them.  Any protocol
- * violation by the server ends the connection and fails every request in
- * flight. */
+ * and collected by nbd_client_wait; a thread may send several before it
+ * waits for them.  Replies are read by whichever thread holds the read
+ * side (client.c says who, and why): read data lands straight in the
+ * caller's iovec.  Any protocol violation by the server ends the
+ * connection and fails every request in flight. */
 #ifndef DISKIMG_NBD_CLIENT_H
 #define DISKIMG_NBD_CLIENT_H
 
@@ -34,6 +33,7 @@ struct nbd_client_extent {
 
 struct nbd_client_slot {
     bool busy, done;
+    bool waiting; /* its thread sleeps on cond for the reply */
     uint16_t generation;
     pthread_cond_t cond;
     uint16_t type;
@@ -55,15 +55,17 @@ struct nbd_client_conn {
     int fd;
     struct nbd_tls_session *tls; /* nbds:// once STARTTLS succeeded */
     pthread_mutex_t send_lock;
-    pthread_mutex_t lock; /* slots, dead */
+    pthread_mutex_t lock; /* slots, reading, dead */
     pthread_cond_t slot_free;
     struct nbd_client_slot slots[NBD_CLIENT_SLOTS];
-    pthread_t reader;
+    bool started;     /* in transmission (nbd_client_start) */
+    bool reading;     /* a thread holds the read side */
+    pthread_t reader; /* TLS: the thread that holds it for good */
     bool reader_running;
     bool dead;
     int dead_err;                      /* what requests fail with once dead: EIO for a violation */
     char dead_msg[1024];               /* "WHERE: what happened" */
-    char proto_err[256];               /* reader thread: what the server did wrong */
+    char proto_err[256];               /* the read side: what the server did wrong */
     char where[300];                   /* the server, for messages ("nbd+unix socket PATH") */
     struct nbd_client_conn *peer_next; /* in client.c's list of open connections */
     bool peer_listed;
@@ -93,6 +95,11 @@ int nbd_client_connect(const struct nbd_uri *u, struct nbd_tls *tls, unsigned ti
 void nbd_client_close(struct nbd_client_conn *c);
 
 /* client.c */
+/* A connection not yet connected (fd -1), for nbd_client_connect, or a
+ * test's socket; nbd_client_close frees it. */
+struct nbd_client_conn *nbd_client_conn_new(void);
+/* Transmission begins: the handshake is over (c->fd, c->tls, c->structured
+ * and c->where are set). */
 int nbd_client_start(struct nbd_client_conn *c);
 /* Open connections of this process to the server at where (the address
  * as client-handshake.c names it), and adding one to the count. */
