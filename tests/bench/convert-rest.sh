@@ -15,11 +15,15 @@
 # then REST seconds of idle time (default 8: the freed memory has been
 # reported, as on a machine that has been up a while).
 #
-# Usage: convert-rest.sh [-r ROUNDS] [-s REST] [-w] [-d DIR] [-n REGEX] [-k]
+# Usage: convert-rest.sh [-r ROUNDS] [-s REST] [-w] [-x] [-d DIR] [-n REGEX] [-k]
 #   -r N      interleaved rounds (default 3); the first case of a round
 #             rotates, so no case is always first
 #   -s REST   seconds of rest before each case (default 8; 0 for none)
 #   -w        warm source: read it into the page cache before each case
+#   -x        shuffle the order within a pair every round instead of
+#             rotating it: with more than two cases, a rotation puts each
+#             case after the same one in every round, and what ran before
+#             decides a case's memory state (the seed pair)
 #   -d DIR    scratch directory (default /var/tmp/convert-bench, the
 #             shared harness's, whose source images are reused)
 #   -n REGEX  only the pairs whose name matches
@@ -46,11 +50,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/bench-lib.sh"
 B=${DISKIMG:-$HERE/../../build/cmd/diskimg}
 C=$HERE/convert-case.sh
-ROUNDS=3 REST=8 WARM=0 DIR=/var/tmp/convert-bench NAME_RE="" KEEP=0
+ROUNDS=3 REST=8 WARM=0 SHUFFLE=0 DIR=/var/tmp/convert-bench NAME_RE="" KEEP=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
-while getopts "r:s:wd:n:kh" opt; do
+while getopts "r:s:wxd:n:kh" opt; do
   case $opt in
-    r) ROUNDS=$OPTARG ;; s) REST=$OPTARG ;; w) WARM=1 ;; d) DIR=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;; s) REST=$OPTARG ;; w) WARM=1 ;; x) SHUFFLE=1 ;; d) DIR=$OPTARG ;;
     n) NAME_RE=$OPTARG ;; k) KEEP=1 ;; h) usage 0 ;; *) usage 1 >&2 ;;
   esac
 done
@@ -134,8 +138,11 @@ for round in $(seq "$ROUNDS"); do
     IFS='|' read -r -a parts <<< "$p"
     cases=("diskimg=${parts[1]}" "${parts[@]:2}")
     n=${#cases[@]}
-    for i in $(seq 0 $((n - 1))); do # rotate the order within the pair
-      c=${cases[$(((i + round - 1) % n))]}
+    order=()
+    for i in $(seq 0 $((n - 1))); do order+=($(((i + round - 1) % n))); done # rotate
+    [ "$SHUFFLE" = 0 ] || mapfile -t order < <(printf '%s\n' "${order[@]}" | shuf)
+    for i in "${order[@]}"; do
+      c=${cases[$i]}
       run_case "${parts[0]} ${c%%=*}" "${c#*=}" "$round"
     done
   done
