@@ -21,11 +21,21 @@ tags() {
     qemu-img snapshot -l "$1" | awk 'NR > 2 { print $2 }' | tr '\n' ' '
 }
 
+# in_either_state WORK RC: WORK is as it was (only if the run failed,
+# RC not 0) or as it becomes, the snapshot list and the content together
+# (old_tags, new_tags, old and new of the calling walk).
+in_either_state() {
+    local work=$1 rc=$2 now
+    now=$(tags "$work")
+    { [[ "$now" == "$old_tags" && $rc -ne 0 ]] && qemu-img compare -q "$old" "$work"; } ||
+        { [[ "$now" == "$new_tags" ]] && qemu-img compare -q "$new" "$work"; }
+}
+
 # crash_walk BASE "OP ARGS" OLD_CONTENT NEW_CONTENT: run the operation on
 # a copy of BASE, killed after 1, 2, ... writes; check each result.
 crash_walk() {
     local base=$1 op=$2 old=$3 new=$4 work=$TEST_DIR/work.qcow2
-    local old_tags new_tags n rc now
+    local old_tags new_tags n rc
     old_tags=$(tags "$base")
     cp "$base" "$work"
     # shellcheck disable=SC2086
@@ -39,13 +49,9 @@ crash_walk() {
         [[ $rc -eq 0 || $rc -eq 137 ]] || { echo "$op, write $n: exit $rc" >&2; return 1; }
         run qemu-img check "$work"
         [[ $status -eq 0 ]] || { echo "$op killed after write $n: $output" >&2; return 1; }
-        # As it was (not once it completed), or as it becomes: the list
-        # and the content together.
-        now=$(tags "$work")
-        if ! { [[ "$now" == "$old_tags" && $rc -ne 0 ]] && qemu-img compare -q "$old" "$work"; } &&
-            ! { [[ "$now" == "$new_tags" ]] && qemu-img compare -q "$new" "$work"; }; then
-            echo "$op killed after write $n: snapshots '$now' (before '$old_tags', after" \
-                "'$new_tags') or the content is neither state" >&2
+        if ! in_either_state "$work" $rc; then
+            echo "$op killed after write $n: snapshots '$(tags "$work")' (before '$old_tags'," \
+                "after '$new_tags') or the content is neither state" >&2
             return 1
         fi
         if [[ $rc -eq 0 ]]; then
@@ -67,7 +73,7 @@ crash_walk() {
 # after the switch.
 error_walk() {
     local base=$1 op=$2 old=$3 new=$4 work=$TEST_DIR/work.qcow2
-    local old_tags new_tags n rc now switch=0 calls
+    local old_tags new_tags n rc switch=0 calls
     old_tags=$(tags "$base")
     cp "$base" "$work"
     # shellcheck disable=SC2086
@@ -100,10 +106,9 @@ error_walk() {
         fi
         run qemu-img check "$work"
         [[ $status -eq 0 ]] || { echo "$op, write $n failed: $output" >&2; return 1; }
-        now=$(tags "$work")
-        if ! { [[ "$now" == "$old_tags" && $rc -ne 0 ]] && qemu-img compare -q "$old" "$work"; } &&
-            ! { [[ "$now" == "$new_tags" ]] && qemu-img compare -q "$new" "$work"; }; then
-            echo "$op, write $n failed: snapshots '$now' or the content is neither state" >&2
+        if ! in_either_state "$work" $rc; then
+            echo "$op, write $n failed: snapshots '$(tags "$work")' or the content is neither" \
+                "state" >&2
             return 1
         fi
     done
