@@ -1,10 +1,11 @@
 /* block/flush.c: making completed writes durable, cheaply.
  *
- * Each node counts completed writes (write_gen) and remembers how many a
- * finished flush covered (flushed_gen).  One flush runs per node at a time;
- * a caller that waited behind a flush which already covered its writes
- * returns without flushing again, so N concurrent emulated-FUA writes cost
- * about one fdatasync, not N.
+ * Each node counts completed writes, zeroes, discards and truncates
+ * (write_gen) and remembers how many a finished flush covered
+ * (flushed_gen).  One flush runs per node at a time; a caller that waited
+ * behind a flush which already covered its writes returns without
+ * flushing again, so N concurrent emulated-FUA writes cost about one
+ * fdatasync, not N.
  *
  * A format with nothing of its own to write back (raw: no flush op) passes
  * the flush straight down, without taking its lock: serialising there

@@ -519,5 +519,10 @@ int blk_truncate(struct blk_node *n, uint64_t len)
                         "%s: %s images cannot be resized (nor can qemu-img 7.2 resize them)",
                         n->filename, n->drv->name);
     }
-    return n->drv->truncate(n, len);
+    int r = n->drv->truncate(n, len);
+    /* A resize changes the file as a write does: the next flush is not
+     * covered by one before it (qcow2 shrinks a file, then flushes).  Also
+     * on failure, as for writes: part of it may have happened. */
+    atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
+    return r;
 }

@@ -207,6 +207,28 @@ static int rec_flush(struct blk_node *n)
     return 0;
 }
 
+/* Shrinks keep the buffer, growing reallocates it zeroed. */
+static int rec_truncate(struct blk_node *n, uint64_t len)
+{
+    struct rec_state *s = n->opaque;
+
+    rec_log(REC_TRUNCATE, 0, len, 0);
+    if (len > s->size) {
+        uint8_t *d = realloc(s->data, len);
+
+        if (!d) {
+            return -ENOMEM;
+        }
+        memset(d + s->size, 0, len - s->size);
+        if (rec_last_data == s->data) {
+            rec_last_data = d;
+        }
+        s->data = d;
+    }
+    s->size = len;
+    return 0;
+}
+
 static int64_t rec_get_length(struct blk_node *n)
 {
     struct rec_state *s = n->opaque;
@@ -227,6 +249,7 @@ static const struct blk_driver rec_driver = {
     .pwrite_compressed = rec_pwrite_compressed,
     .flush = rec_flush,
     .get_length = rec_get_length,
+    .truncate = rec_truncate,
 };
 
 BLK_REGISTER_DRIVER(rec_driver)

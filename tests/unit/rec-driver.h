@@ -10,8 +10,9 @@
 
 #include <stdint.h>
 
-/* REC_COMPRESSED records the compressed length (clen) as len. */
-enum rec_op { REC_READ, REC_WRITE, REC_ZERO, REC_DISCARD, REC_FLUSH, REC_COMPRESSED };
+/* REC_COMPRESSED records the compressed length (clen) as len; REC_TRUNCATE
+ * records the new length as len. */
+enum rec_op { REC_READ, REC_WRITE, REC_ZERO, REC_DISCARD, REC_FLUSH, REC_COMPRESSED, REC_TRUNCATE };
 
 struct rec_call {
     enum rec_op op;

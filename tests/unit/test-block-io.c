@@ -326,6 +326,26 @@ static void test_compressed_write_checked(void)
     blk_node_close(n);
 }
 
+/* A truncate changes the file as a write does: a flush after it is not
+ * covered by the flush before it (qcow2 shrinks a file, then flushes). */
+static void test_truncate_needs_flush(void)
+{
+    struct blk_node *n = open_rec_node("size=65536", false);
+    char buf[4096] = {1};
+
+    CHECK_EQ(blk_pwrite(n, 0, buf, sizeof buf, 0), 0);
+    CHECK_EQ(blk_flush(n), 0);
+    CHECK_EQ(blk_truncate(n, 8192), 0);
+    CHECK_EQ(blk_get_length(n), 8192);
+    CHECK_EQ(blk_flush(n), 0);
+    CHECK_EQ(rec_count(REC_TRUNCATE), 1);
+    CHECK_EQ(rec_count(REC_FLUSH), 2);
+    /* with nothing changed since, the next flush is still free */
+    CHECK_EQ(blk_flush(n), 0);
+    CHECK_EQ(rec_count(REC_FLUSH), 2);
+    blk_node_close(n);
+}
+
 static void test_compressed_write_unsupported(void)
 {
     struct blk_image *img = open_rec("size=65536", BLK_CACHE_WRITEBACK);
@@ -573,6 +593,7 @@ int main(void)
     RUN(test_discard_policy);
     RUN(test_compressed_write_checked);
     RUN(test_compressed_write_unsupported);
+    RUN(test_truncate_needs_flush);
     RUN(test_discard_fua);
     RUN(test_detect_zeroes);
     RUN(test_unaligned_rmw);
