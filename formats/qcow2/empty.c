@@ -75,16 +75,32 @@ static bool can_rebuild(const struct qcow2_state *s)
 
 /* A rebuild appends, then cuts the file.  A block device can do neither
  * (its length is the device's): its clusters are dropped in place.
- * Setting the length the file has is the question, and changes nothing. */
-static bool file_resizable(struct qcow2_state *s)
+ * Setting the length the file has is the question, and changes nothing.
+ * The errors that answer "no": ENOTSUP (a block device, a protocol that
+ * cannot resize), EPERM (an append-only or immutable file), EINVAL (a file
+ * type ftruncate refuses).  Any other (EIO) is returned: taking the other
+ * path would end "successfully" with the file as long as before. */
+static int file_resizable(struct qcow2_state *s, bool *yes)
 {
     int64_t len = blk_get_length(s->file);
+    int r;
 
-    if (len >= 0 && blk_truncate(s->file, (uint64_t)len) == 0) {
-        return true;
+    *yes = false;
+    if (len < 0) {
+        err_clear(); /* the rebuild needs the length; dropping does not */
+        return 0;
     }
-    err_clear();
-    return false;
+    r = blk_truncate(s->file, (uint64_t)len);
+    if (r == -ENOTSUP || r == -EPERM || r == -EINVAL) {
+        err_clear();
+        return 0;
+    }
+    if (r < 0) {
+        err_prefix("qcow2: emptying the image: probing whether its file can be resized");
+        return r;
+    }
+    *yes = true;
+    return 0;
 }
 
 /* Point the header at another L1 table and refcount table: bytes 40..59
@@ -256,6 +272,7 @@ static int punch_free_locked(struct qcow2_state *s)
 int qcow2_make_empty(struct blk_node *n)
 {
     struct qcow2_state *s = n->opaque;
+    bool resizable = false;
     int r;
 
     /* No bitmap records this, as in qemu: after a commit the image reads
@@ -265,7 +282,10 @@ int qcow2_make_empty(struct blk_node *n)
     }
     pthread_mutex_lock(&s->lock);
     r = qcow2_check_writable_locked(s);
-    if (r == 0 && can_rebuild(s) && file_resizable(s)) {
+    if (r == 0 && can_rebuild(s)) {
+        r = file_resizable(s, &resizable);
+    }
+    if (r == 0 && resizable) {
         /* The file holds the whole old state before anything moves. */
         r = qcow2_flush_caches_locked(s);
         if (r == 0 && s->n_pending) {
