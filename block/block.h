@@ -93,6 +93,13 @@ int blk_block_status_below(struct blk_node *backing, uint64_t off, uint64_t len,
 int blk_prefetch(struct blk_node *n, uint64_t off, uint64_t len);
 int64_t blk_get_length(struct blk_node *n);
 int blk_truncate(struct blk_node *n, uint64_t len);
+/* Whether n's length can change at all: n and every node down its file
+ * chain are writable and have a truncate op (a format's length lives in
+ * its file).  Without the op blk_truncate still accepts the length the
+ * node has, a resize that changes nothing, so that call cannot answer
+ * this (NBD, http).  A driver with the op may refuse a given length (a
+ * block device, an append-only file): true says only that asking is worth it. */
+bool blk_can_resize(const struct blk_node *n);
 const char *blk_node_driver_name(const struct blk_node *n);
 const char *blk_node_filename(const struct blk_node *n);
 struct blk_node *blk_node_child(const struct blk_node *n);

@@ -526,3 +526,11 @@ int blk_truncate(struct blk_node *n, uint64_t len)
     atomic_fetch_add_explicit(&n->write_gen, 1, memory_order_release);
     return r;
 }
+
+bool blk_can_resize(const struct blk_node *n)
+{
+    if (n->read_only || !n->drv->truncate) {
+        return false;
+    }
+    return !n->file || blk_can_resize(n->file);
+}
