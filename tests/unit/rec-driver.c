@@ -117,6 +117,36 @@ static void rec_close(struct blk_node *n)
     free(s->data);
 }
 
+static int rec_set_size(struct rec_state *s, uint64_t len)
+{
+    if (len > s->size) {
+        uint8_t *d = realloc(s->data, len);
+
+        if (!d) {
+            return -ENOMEM;
+        }
+        memset(d + s->size, 0, len - s->size);
+        if (rec_last_data == s->data) {
+            rec_last_data = d;
+        }
+        s->data = d;
+    }
+    s->size = len;
+    return 0;
+}
+
+/* A request reaching past the end: a format's child (growable) grows, as
+ * a file does, unless its length cannot change (rec-fixed); else -EINVAL. */
+static int rec_fit(struct blk_node *n, uint64_t end)
+{
+    struct rec_state *s = n->opaque;
+
+    if (end <= s->size) {
+        return 0;
+    }
+    return n->growable && n->drv->truncate ? rec_set_size(s, end) : -EINVAL;
+}
+
 static int rec_check_alignment(struct blk_node *n, uint64_t off, uint64_t len)
 {
     /* The generic layer promised aligned requests: hold it to that. */
@@ -146,11 +176,15 @@ static int rec_pwritev(struct blk_node *n, uint64_t off, const struct iovec *iov
     if ((flags & BLK_REQ_FUA) && s->fua_eopnotsupp) {
         return -EOPNOTSUPP;
     }
-    if (rec_check_alignment(n, off, len) < 0 || off + len > s->size) {
+    if (rec_check_alignment(n, off, len) < 0) {
         return -EINVAL;
     }
     if (rec_fail_writes_from && off + len > rec_fail_writes_from) {
         return -EIO;
+    }
+    int r = rec_fit(n, off + len);
+    if (r < 0) {
+        return r;
     }
     iov_to_buf(iov, iovcnt, 0, s->data + off, len);
     return 0;
@@ -163,6 +197,10 @@ static int rec_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, uns
     rec_log(REC_ZERO, off, len, flags);
     if (!s->has_zero) {
         return -ENOTSUP;
+    }
+    int r = rec_fit(n, off + len);
+    if (r < 0) {
+        return r;
     }
     memset(s->data + off, 0, len);
     return 0;
@@ -210,23 +248,8 @@ static int rec_flush(struct blk_node *n)
 /* Shrinks keep the buffer, growing reallocates it zeroed. */
 static int rec_truncate(struct blk_node *n, uint64_t len)
 {
-    struct rec_state *s = n->opaque;
-
     rec_log(REC_TRUNCATE, 0, len, 0);
-    if (len > s->size) {
-        uint8_t *d = realloc(s->data, len);
-
-        if (!d) {
-            return -ENOMEM;
-        }
-        memset(d + s->size, 0, len - s->size);
-        if (rec_last_data == s->data) {
-            rec_last_data = d;
-        }
-        s->data = d;
-    }
-    s->size = len;
-    return 0;
+    return rec_set_size(n->opaque, len);
 }
 
 static int64_t rec_get_length(struct blk_node *n)
@@ -253,3 +276,20 @@ static const struct blk_driver rec_driver = {
 };
 
 BLK_REGISTER_DRIVER(rec_driver)
+
+/* "rec-fixed": rec without truncate, a length that cannot change (an NBD
+ * export's).  Writes past its end fail, as the server refuses them. */
+static const struct blk_driver rec_fixed_driver = {
+    .name = "rec-fixed",
+    .state_size = sizeof(struct rec_state),
+    .open = rec_open,
+    .close = rec_close,
+    .preadv = rec_preadv,
+    .pwritev = rec_pwritev,
+    .pwrite_zeroes = rec_pwrite_zeroes,
+    .discard = rec_discard,
+    .flush = rec_flush,
+    .get_length = rec_get_length,
+};
+
+BLK_REGISTER_DRIVER(rec_fixed_driver)

@@ -4,7 +4,9 @@
  * generic layer's compressed-write path can be tested on a node of its own.
  * Its capabilities come from the filename:
  * "size=N,fua=0|1,zero=0|1,unmap=0|1,fastzero=0|1,align=N,flushdelay=US,
- *  fuaeopnotsupp=0|1,discardfua=0|1" (discardfua: native FUA on discard). */
+ *  fuaeopnotsupp=0|1,discardfua=0|1" (discardfua: native FUA on discard).
+ * "rec-fixed" is the same without truncate and compression: a node whose
+ * length cannot change, as an NBD export's cannot. */
 #ifndef DISKIMG_TESTS_REC_DRIVER_H
 #define DISKIMG_TESTS_REC_DRIVER_H
 
