@@ -12,7 +12,8 @@
  * kept but for the L1 and refcount table fields.  Otherwise every
  * cluster is dropped as before (chain.c) and the space freed is punched
  * out of the file, as qemu's fallback discards it; the length stays.  A
- * block device is never rebuilt: the tables cannot go past its end.
+ * block device or an NBD export is never rebuilt: the tables cannot go
+ * past its end.
  *
  * Crash safety: two shadow switches, each one write of header bytes
  * 40..59 (L1 offset, refcount table offset and clusters: one sector),
@@ -74,18 +75,23 @@ static bool can_rebuild(const struct qcow2_state *s)
 }
 
 /* A rebuild appends, then cuts the file.  A block device can do neither
- * (its length is the device's): its clusters are dropped in place.
- * Setting the length the file has is the question, and changes nothing.
- * The errors that answer "no": ENOTSUP (a block device, a protocol that
- * cannot resize), EPERM (an append-only or immutable file), EINVAL (a file
- * type ftruncate refuses).  Any other (EIO) is returned: taking the other
- * path would end "successfully" with the file as long as before. */
+ * (its length is the device's), nor can an NBD export: their clusters are
+ * dropped in place.  A file whose driver cannot resize at all is a "no"
+ * before asking (blk_can_resize): a same-length truncate would pass
+ * there.  Otherwise setting the length the file has is the question, and
+ * changes nothing.  The errors that answer "no": ENOTSUP (a block device),
+ * EPERM (an append-only or immutable file), EINVAL (a file type ftruncate
+ * refuses).  Any other (EIO) is returned: taking the other path would end
+ * "successfully" with the file as long as before. */
 static int file_resizable(struct qcow2_state *s, bool *yes)
 {
     int64_t len = blk_get_length(s->file);
     int r;
 
     *yes = false;
+    if (!blk_can_resize(s->file)) {
+        return 0;
+    }
     if (len < 0) {
         err_clear(); /* the rebuild needs the length; dropping does not */
         return 0;

@@ -1,6 +1,8 @@
-/* tests/unit/test-qcow2-alloc.c: qcow2 allocation when the child fails a
- * write, over the recording driver: clusters taken for data that never
- * reached the file are given back, so check finds no leak. */
+/* tests/unit/test-qcow2-alloc.c: qcow2 over the recording driver.  When
+ * the child fails a write, clusters taken for data that never reached the
+ * file are given back, so check finds no leak.  Emptying an image whose
+ * file cannot change its length (rec-fixed, as an NBD export) drops its
+ * clusters in place rather than rebuilding past the end. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "block/chain.h"
 #include "check.h"
 #include "rec-driver.h"
 
@@ -46,11 +49,11 @@ static int make_image(void)
     return image_len ? 0 : -EIO;
 }
 
-static struct blk_image *open_on_rec(void)
+static struct blk_image *open_on(const char *protocol)
 {
     struct blk_image_opts o = {
         .filename = "size=4194304",
-        .protocol = "rec",
+        .protocol = protocol,
         .format = "qcow2",
         .cache = BLK_CACHE_WRITEBACK,
     };
@@ -66,7 +69,7 @@ static struct blk_image *open_on_rec(void)
 
 static void test_compressed_write_fails(void)
 {
-    struct blk_image *img = open_on_rec();
+    struct blk_image *img = open_on("rec");
     struct blk_check_result res;
     uint8_t data[1000];
 
@@ -89,6 +92,65 @@ static void test_compressed_write_fails(void)
     CHECK_EQ(blk_image_close(img), 0);
 }
 
+/* Requests that reach past the end of the rec node. */
+static unsigned calls_past_end(void)
+{
+    unsigned k = 0;
+
+    for (unsigned i = 0; i < rec_ncalls; i++) {
+        enum rec_op op = rec_calls[i].op;
+        k += (op == REC_WRITE || op == REC_ZERO) && rec_calls[i].off + rec_calls[i].len > REC_SIZE;
+    }
+    return k;
+}
+
+static void test_empty_fixed_length(void)
+{
+    struct blk_image *img = open_on("rec-fixed");
+    struct blk_check_result res;
+    static uint8_t data[128 << 10];
+
+    if (!img) {
+        return;
+    }
+    CHECK(!blk_can_resize(blk_image_root(img)));
+    CHECK(!blk_can_resize(blk_node_child(blk_image_root(img))));
+    memset(data, 0x5a, sizeof data);
+    CHECK_EQ(blk_image_pwrite(img, 64 << 10, data, sizeof data, 0), 0);
+    rec_reset();
+    CHECK_EQ(blk_image_make_empty(img), 0);
+    CHECK_EQ(calls_past_end(), 0);
+    CHECK(rec_count(REC_DISCARD) > 0); /* the dropped clusters are punched */
+    CHECK_EQ(blk_get_length(blk_node_child(blk_image_root(img))), REC_SIZE);
+    CHECK_EQ(blk_image_pread(img, 64 << 10, data, sizeof data), 0);
+    CHECK(data[0] == 0 && !memcmp(data, data + 1, sizeof data - 1));
+    CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
+    CHECK_EQ(res.corruptions, 0);
+    CHECK_EQ(res.leaks, 0);
+    CHECK_EQ(blk_image_close(img), 0);
+}
+
+/* The same on a file that can resize: rebuilt, the file cut short. */
+static void test_empty_resizable(void)
+{
+    struct blk_image *img = open_on("rec");
+    struct blk_check_result res;
+    static uint8_t data[128 << 10];
+
+    if (!img) {
+        return;
+    }
+    CHECK(blk_can_resize(blk_image_root(img)));
+    memset(data, 0x5a, sizeof data);
+    CHECK_EQ(blk_image_pwrite(img, 64 << 10, data, sizeof data, 0), 0);
+    CHECK_EQ(blk_image_make_empty(img), 0);
+    CHECK(blk_get_length(blk_node_child(blk_image_root(img))) < REC_SIZE);
+    CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
+    CHECK_EQ(res.corruptions, 0);
+    CHECK_EQ(res.leaks, 0);
+    CHECK_EQ(blk_image_close(img), 0);
+}
+
 int main(void)
 {
     if (make_image() < 0) {
@@ -96,6 +158,8 @@ int main(void)
         return 1;
     }
     RUN(test_compressed_write_fails);
+    RUN(test_empty_fixed_length);
+    RUN(test_empty_resizable);
     free(image);
     return check_exit();
 }
