@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 
 /* Exit codes shared by every subcommand unless its man page says more. */
@@ -63,6 +64,12 @@ void cmd_print_failure(int r, const char *fmt, ...) __attribute__((format(printf
 void cmd_print_open_error(int r, bool reader);
 /* EXIT_IN_USE when r says an image is in use, else 'other'. */
 int cmd_status(int r, int other);
+/* The end of a subcommand that changes an image, r being how its work
+ * went: closes img (a failed close fails work that succeeded) and
+ * prints the error once.  EXIT_OK; 128 + *cancel when a signal handler
+ * set it (read after the close); else cmd_status(r, EXIT_ERROR). */
+struct blk_image;
+int cmd_close_status(struct blk_image *img, int r, const volatile sig_atomic_t *cancel);
 /* How every --help words exit status 5. */
 #define CMD_IN_USE_HELP "5 an image is in use by another process"
 
@@ -130,6 +137,19 @@ int cmd_parse_image_opts(const char *sub, char *spec, unsigned keys, struct blk_
  * (refused beside -f), else the file name; 0 or EXIT_USAGE. */
 int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys,
                       struct blk_image_opts *o);
+/* The long options cmd_image_getopt takes: TLS, --image-opts, --untrusted. */
+#define CMD_IMAGE_LONGOPTS                                                                         \
+    CMD_TLS_LONGOPTS, {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS}, CMD_UNTRUSTED_LONGOPT
+/* The default branch of the getopt switch (optstring starting with ':')
+ * of a subcommand that opens one image: --image-opts sets *image_opts,
+ * the options cmd_image_option takes go into o; 0 for those, else
+ * EXIT_USAGE after naming the option that needs a value or is unknown. */
+int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
+                     struct blk_image_opts *o);
+/* After the options: exactly one IMAGE operand, taken as
+ * cmd_image_operand takes it; 0 or EXIT_USAGE. */
+int cmd_one_image_operand(const char *sub, int argc, char **argv, bool image_opts, unsigned keys,
+                          struct blk_image_opts *o);
 /* The pieces it is made of, for a parser taking more keys (serve):
  * cmd_kv_foreach calls fn on each "key=value" of spec (split in place),
  * stopping at fn's first non-zero return; messages name option what.

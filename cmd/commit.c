@@ -67,12 +67,10 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
         {"format", required_argument, NULL, 'f'},
         {"quiet", no_argument, NULL, 'q'},
         {"progress", no_argument, NULL, 'p'},
-        CMD_TLS_LONGOPTS,
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    int c;
+    int c, r;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":hf:t:b:dpqr:", longopts, NULL)) != -1) {
@@ -106,26 +104,14 @@ static int commit_parse(int argc, char **argv, struct commit_args *a)
                 return cmd_usage_error("commit", "invalid rate limit '%s'", optarg);
             }
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            a->image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("commit", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &a->img)) {
-                break;
+            if ((r = cmd_image_getopt("commit", c, argv, &a->image_opts, &a->img)) != 0) {
+                return r;
             }
-            return cmd_usage_error("commit", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
-    if (argc - optind != 1) {
-        return cmd_usage_error("commit", "expected one FILE");
-    }
-    int r2 = cmd_image_operand("commit", argv[optind], a->image_opts, 0, &a->img);
-    if (r2 != 0) {
-        return r2;
-    }
-    return 0;
+    return cmd_one_image_operand("commit", argc, argv, a->image_opts, 0, &a->img);
 }
 
 /* The depth of -b BASE in FILE's chain (1 without -b), or 0 after
@@ -208,18 +194,11 @@ static int commit_run(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     r = commit_data(&a, img, depth);
-    int r2 = blk_image_close(img);
-    if (r == 0) {
-        r = r2;
-    }
-    if (r < 0) {
-        cmd_print_error(r);
-        return commit_cancel ? 128 + commit_cancel : cmd_status(r, EXIT_ERROR);
-    }
-    if (!a.quiet) {
+    status = cmd_close_status(img, r, &commit_cancel);
+    if (status == EXIT_OK && !a.quiet) {
         printf("Image committed.\n");
     }
-    return EXIT_OK;
+    return status;
 }
 
 const struct cmd cmd_commit = {

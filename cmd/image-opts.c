@@ -138,6 +138,31 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
     return cmd_parse_image_opts(sub, arg, keys, o);
 }
 
+int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
+                     struct blk_image_opts *o)
+{
+    if (c == CMD_OPT_IMAGE_OPTS) {
+        *image_opts = true;
+        return 0;
+    }
+    if (c == ':') {
+        return cmd_usage_error(sub, "option '%s' needs a value", argv[optind - 1]);
+    }
+    if (cmd_image_option(c, optarg, o)) {
+        return 0;
+    }
+    return cmd_usage_error(sub, "unknown option '%s'", argv[optind - 1]);
+}
+
+int cmd_one_image_operand(const char *sub, int argc, char **argv, bool image_opts, unsigned keys,
+                          struct blk_image_opts *o)
+{
+    if (argc - optind != 1) {
+        return cmd_usage_error(sub, "expected one FILE");
+    }
+    return cmd_image_operand(sub, argv[optind], image_opts, keys, o);
+}
+
 const char *cmd_image_name(const struct blk_image_opts *o, const struct blk_image *img)
 {
     if (o->filename) {

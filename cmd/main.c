@@ -82,6 +82,20 @@ int cmd_status(int r, int other)
     return r == -BLK_E_IN_USE ? EXIT_IN_USE : other;
 }
 
+int cmd_close_status(struct blk_image *img, int r, const volatile sig_atomic_t *cancel)
+{
+    int r2 = blk_image_close(img);
+
+    if (r == 0) {
+        r = r2;
+    }
+    if (r >= 0) {
+        return EXIT_OK;
+    }
+    cmd_print_error(r);
+    return *cancel ? 128 + *cancel : cmd_status(r, EXIT_ERROR);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: diskimg SUBCOMMAND [OPTIONS] ...\n"

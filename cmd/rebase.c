@@ -77,9 +77,7 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
         {"progress", no_argument, NULL, 'p'},
-        CMD_TLS_LONGOPTS,
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     int c, r;
@@ -121,24 +119,15 @@ static int rebase_parse(int argc, char **argv, struct rebase_args *a)
         case 'q':
             a->quiet = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            a->image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("rebase", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &a->img)) {
-                break;
+            if ((r = cmd_image_getopt("rebase", c, argv, &a->image_opts, &a->img)) != 0) {
+                return r;
             }
-            return cmd_usage_error("rebase", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
-    if (argc - optind != 1) {
-        return cmd_usage_error("rebase", "expected one FILE");
-    }
-    int r2 = cmd_image_operand("rebase", argv[optind], a->image_opts, 0, &a->img);
-    if (r2 != 0) {
-        return r2;
+    if ((r = cmd_one_image_operand("rebase", argc, argv, a->image_opts, 0, &a->img)) != 0) {
+        return r;
     }
     if (!a->unsafe && !a->name) {
         return cmd_usage_error("rebase", "Must specify backing file (-b) or use unsafe mode (-u)");
@@ -267,15 +256,7 @@ static int rebase_run(int argc, char **argv)
     if (r == 0) {
         r = blk_image_change_backing(img, a.name, a.format);
     }
-    int r2 = blk_image_close(img);
-    if (r == 0) {
-        r = r2;
-    }
-    if (r < 0) {
-        cmd_print_error(r);
-        return rebase_cancel ? 128 + rebase_cancel : cmd_status(r, EXIT_ERROR);
-    }
-    return EXIT_OK;
+    return cmd_close_status(img, r, &rebase_cancel);
 }
 
 const struct cmd cmd_rebase = {
