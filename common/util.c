@@ -159,7 +159,15 @@ bool iov_is_zero(const struct iovec *iov, int iovcnt)
     return true;
 }
 
-size_t iov_to_buf(const struct iovec *iov, int iovcnt, size_t skip, void *buf, size_t len)
+/* One piece of bytes [skip, skip + len) of an iovec: n bytes at base, the
+ * piece starting done bytes into the range. */
+typedef void (*iov_piece_fn)(char *base, size_t n, size_t done, void *opaque);
+
+/* Calls fn on each piece of bytes [skip, skip + len) of iov, in order, so
+ * that the copies below share one walk; returns the bytes covered, fewer
+ * than len when the iovec ends first. */
+static size_t iov_walk(const struct iovec *iov, int iovcnt, size_t skip, size_t len,
+                       iov_piece_fn fn, void *opaque)
 {
     size_t done = 0;
 
@@ -172,50 +180,42 @@ size_t iov_to_buf(const struct iovec *iov, int iovcnt, size_t skip, void *buf, s
         if (n > len - done) {
             n = len - done;
         }
-        memcpy((char *)buf + done, (char *)iov[i].iov_base + skip, n);
+        fn((char *)iov[i].iov_base + skip, n, done, opaque);
         done += n;
         skip = 0;
     }
     return done;
+}
+
+static void piece_to_buf(char *base, size_t n, size_t done, void *buf)
+{
+    memcpy((char *)buf + done, base, n);
+}
+
+size_t iov_to_buf(const struct iovec *iov, int iovcnt, size_t skip, void *buf, size_t len)
+{
+    return iov_walk(iov, iovcnt, skip, len, piece_to_buf, buf);
+}
+
+static void piece_from_buf(char *base, size_t n, size_t done, void *buf)
+{
+    memcpy(base, (const char *)buf + done, n);
 }
 
 size_t iov_from_buf(const struct iovec *iov, int iovcnt, size_t skip, const void *buf, size_t len)
 {
-    size_t done = 0;
+    return iov_walk(iov, iovcnt, skip, len, piece_from_buf, (void *)buf); /* only read */
+}
 
-    for (int i = 0; i < iovcnt && done < len; i++) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
-            continue;
-        }
-        size_t n = iov[i].iov_len - skip;
-        if (n > len - done) {
-            n = len - done;
-        }
-        memcpy((char *)iov[i].iov_base + skip, (const char *)buf + done, n);
-        done += n;
-        skip = 0;
-    }
-    return done;
+static void piece_memset(char *base, size_t n, size_t done, void *c)
+{
+    (void)done;
+    memset(base, *(const int *)c, n);
 }
 
 void iov_memset(const struct iovec *iov, int iovcnt, size_t skip, int c, size_t len)
 {
-    size_t done = 0;
-
-    for (int i = 0; i < iovcnt && done < len; i++) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
-            continue;
-        }
-        size_t n = iov[i].iov_len - skip;
-        if (n > len - done) {
-            n = len - done;
-        }
-        memset((char *)iov[i].iov_base + skip, c, n);
-        done += n;
-        skip = 0;
-    }
+    iov_walk(iov, iovcnt, skip, len, piece_memset, &c);
 }
 
 int iov_slice(const struct iovec *iov, int iovcnt, size_t skip, size_t len, struct iovec *out,

@@ -111,6 +111,24 @@ static void test_iov(void)
     CHECK(a[0] == 'a' && a[1] == 0 && b[2] == 0 && b[3] == 'g');
 }
 
+/* The copies share one walk: an empty piece, a skip past whole pieces,
+ * and an iovec that ends before len. */
+static void test_iov_walk(void)
+{
+    char a[3] = "ab", b[4] = "cde", out[9] = "........";
+    struct iovec iov[3] = {{a, 2}, {NULL, 0}, {b, 3}};
+
+    CHECK_EQ(iov_to_buf(iov, 3, 1, out, 8), 4);
+    CHECK(memcmp(out, "bcde....", 8) == 0);
+    CHECK_EQ(iov_to_buf(iov, 3, 3, out, 1), 1);
+    CHECK(out[0] == 'd');
+    CHECK_EQ(iov_to_buf(iov, 3, 5, out, 1), 0);
+    CHECK_EQ(iov_from_buf(iov, 3, 2, "XYZW", 4), 3);
+    CHECK(memcmp(a, "ab", 2) == 0 && memcmp(b, "XYZ", 3) == 0);
+    iov_memset(iov, 3, 1, 'q', 9);
+    CHECK(a[0] == 'a' && a[1] == 'q' && memcmp(b, "qqq", 3) == 0);
+}
+
 static void test_histogram(void)
 {
     static struct histogram h;
@@ -420,6 +438,7 @@ int main(void)
     RUN(test_bytes);
     RUN(test_cpus);
     RUN(test_iov);
+    RUN(test_iov_walk);
     RUN(test_histogram);
     RUN(test_json);
     RUN(test_json_strings);
