@@ -21,7 +21,8 @@
  * a send waits, send_wait_since says since when no byte went out, which
  * is what the watchdog reads.  A TLS send blocks inside GnuTLS (which
  * retries after the timeout); it sets send_wait_since for its whole
- * duration, and the watchdog ends it by shutting the socket down. */
+ * duration, and the watchdog ends it by shutting the socket down.  A TLS
+ * reply that fits one record can be tried too (nbd_tls_try_send). */
 #include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -260,10 +261,27 @@ static void nbd_iov_advance(struct iovec **iov, int *iovcnt, size_t n)
     }
 }
 
+/* TLS: a reply that fits one record is tried as a whole; GnuTLS cannot
+ * stop halfway through a record, so one it took counts as sent, and the
+ * next nbd_conn_send sends what the socket had no room for. */
+static int nbd_conn_try_send_tls(struct nbd_conn *c, struct iovec **iov, int *iovcnt)
+{
+    bool taken;
+
+    if (atomic_load(&c->drop) != NBD_DROP_NONE) {
+        return -EPIPE;
+    }
+    int r = nbd_tls_try_send(c->tls, *iov, *iovcnt, &taken);
+    if (taken) {
+        *iovcnt = 0;
+    }
+    return r;
+}
+
 int nbd_conn_try_send(struct nbd_conn *c, struct iovec **iov, int *iovcnt)
 {
     if (c->tls) {
-        return -EAGAIN; /* GnuTLS cannot stop halfway through a record */
+        return nbd_conn_try_send_tls(c, iov, iovcnt);
     }
     while (*iovcnt > 0) {
         struct msghdr msg = {.msg_iov = *iov, .msg_iovlen = (size_t)*iovcnt};

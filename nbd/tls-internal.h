@@ -65,6 +65,14 @@ struct nbd_tls_session {
     size_t wlen;
     bool gathering;
     pthread_t gatherer;
+    /* A record tried without waiting (nbd_tls_try_send): while trying,
+     * the push does not wait for room, under wlock as is which thread
+     * tries; record_pending says GnuTLS still holds part of that record,
+     * which nbd_tls_send finishes before anything else.  Only the sending
+     * thread touches record_pending. */
+    bool trying;
+    pthread_t trier;
+    bool record_pending;
     /* Server, PSK: the identity the client offered, and whether it is in
      * our file (to tell an unknown identity from a wrong key). */
     char psk_offered[256];

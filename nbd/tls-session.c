@@ -148,17 +148,25 @@ static int tls_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms)
     }
 }
 
+/* Caller holds wlock.  A thread that tries a record (nbd_tls_try_send)
+ * gets EAGAIN instead of a wait when the socket is full. */
 static ssize_t send_some(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
 {
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+    bool trying = ts->trying && pthread_equal(ts->trier, pthread_self());
 
     for (;;) {
         if (ts->deadline_ns && wait_ready(ts, POLLOUT) < 0) {
             return -1;
         }
-        ssize_t n = sendmsg(ts->fd, &msg, MSG_NOSIGNAL | (ts->deadline_ns ? MSG_DONTWAIT : 0));
+        int flags = MSG_NOSIGNAL | (ts->deadline_ns || trying ? MSG_DONTWAIT : 0);
+        ssize_t n = sendmsg(ts->fd, &msg, flags);
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
             ts->push_gone = true;
+        }
+        if (n < 0 && trying && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            errno = EAGAIN; /* GnuTLS keeps the rest: GNUTLS_E_AGAIN */
+            return -1;
         }
         if (n >= 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
             return n;
@@ -449,10 +457,65 @@ static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int 
     return tls_send_all(s, stage, used);
 }
 
+/* The rest of a record nbd_tls_try_send left with GnuTLS, waiting for
+ * room: GnuTLS resumes a send that said GNUTLS_E_AGAIN when called with
+ * no new data. */
+static int finish_pending_record(struct nbd_tls_session *s)
+{
+    while (s->record_pending) {
+        ssize_t n = gnutls_record_send(s->s, NULL, 0);
+        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
+            continue;
+        }
+        s->record_pending = false;
+        if (n < 0) {
+            return nbd_tls_why_record(s, n, true);
+        }
+    }
+    return 0;
+}
+
+int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken)
+{
+    uint8_t stage[TLS_RECORD_MAX];
+    size_t len = iov_length(iov, iovcnt);
+
+    *taken = false;
+    pthread_mutex_lock(&s->wlock);
+    bool may_try = len <= sizeof stage && !s->record_pending && !s->gathering && s->wlen == 0;
+    if (may_try) {
+        s->trying = true;
+        s->trier = pthread_self();
+    }
+    pthread_mutex_unlock(&s->wlock);
+    if (!may_try) {
+        return -EAGAIN;
+    }
+    iov_to_buf(iov, iovcnt, 0, stage, len);
+    ssize_t n = gnutls_record_send(s->s, stage, len);
+    pthread_mutex_lock(&s->wlock);
+    s->trying = false;
+    pthread_mutex_unlock(&s->wlock);
+    if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+        /* GnuTLS took the record; nbd_tls_send sends what is left of it. */
+        s->record_pending = true;
+        *taken = true;
+        return -EAGAIN;
+    }
+    if (n < 0) {
+        return nbd_tls_why_record(s, n, true);
+    }
+    *taken = true;
+    return 0;
+}
+
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
     int r, flushed = 0;
 
+    if ((r = finish_pending_record(s)) < 0) {
+        return r;
+    }
     /* One record goes out as it is: gathering would only copy it. */
     if (iov_length(iov, iovcnt) <= TLS_RECORD_MAX) {
         return send_records(s, iov, iovcnt);

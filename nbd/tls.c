@@ -554,6 +554,13 @@ int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
     return -ENOTSUP;
 }
 
+int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken)
+{
+    (void)s, (void)iov, (void)iovcnt;
+    *taken = false;
+    return -ENOTSUP;
+}
+
 bool nbd_tls_pending(struct nbd_tls_session *s)
 {
     (void)s;

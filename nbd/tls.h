@@ -48,8 +48,16 @@ void nbd_tls_set_deadline(struct nbd_tls_session *s, uint64_t deadline_ns);
  * With a deadline set (the NBD handshake), a stream that ends before a
  * first record is -ECONNRESET with a message guessing why. */
 ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len);
-/* Sends all of iov (one or more records); 0 or -errno. */
+/* Sends all of iov (one or more records); 0 or -errno.  First it sends
+ * what nbd_tls_try_send left. */
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt);
+/* Sends iov as one record if the socket has room now: 0 when it went out,
+ * -EAGAIN when it did not, or -errno with a message.  *taken says whether
+ * GnuTLS took the record: after -EAGAIN with *taken, part of it waits
+ * inside GnuTLS and the next nbd_tls_send sends it first; without
+ * *taken, nothing of iov was sent (too long for one record, or another
+ * send is under way). */
+int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken);
 /* Decrypted bytes already buffered (poll() would not see them). */
 bool nbd_tls_pending(struct nbd_tls_session *s);
 /* Tell the peer we send no more (close_notify); at most once. */

@@ -21,8 +21,8 @@
  * reply that cannot be sent at once (nbd_conn_try_send says -EAGAIN, and
  * nbd_send_keeping_read_side hands over before it waits), because a
  * client that pipelines writes may read replies only after it has sent
- * them all.  TLS connections always hand over: their sends cannot be tried
- * without blocking.
+ * them all.  Over TLS a reply is tried only when it fits one record, as
+ * GnuTLS cannot stop halfway through one; a longer one hands over first.
  *
  * The connection's locks, in the order they are taken:
  *   read_lock   the read side: held to read a request, and through the
@@ -260,7 +260,7 @@ static void nbd_worker_loop(struct nbd_conn *c)
                       req.flags, req.offset, req.count);
         }
         bool is_short = nbd_req_is_short(&req, nbd_track_unflushed(c, &req));
-        if (c->tls || !is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
+        if (!is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
             nbd_hand_over_read_side(&w);
         }
         /* Still has_read_side: it keeps it, and reads the next request

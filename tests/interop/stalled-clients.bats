@@ -156,6 +156,70 @@ EOF
     assert_output ok
 }
 
+@test "TLS: a one-record reply that would block hands the reading over; all replies arrive intact" {
+    # Over TLS a short reply is tried as one record while its worker keeps
+    # the read side.  Reads sent one at a time and left unread fill the
+    # socket buffers until a try finds no room: GnuTLS keeps the record
+    # (perhaps half sent), the worker hands the read side over and sends
+    # the rest, and the pipelined writes behind it are read meanwhile.
+    require_tool certtool
+    make_pattern "$TEST_DIR/a.img" $((32 << 20))
+    local pki=$TEST_DIR/pki/server
+    make_server_pki "$TEST_DIR/pki"
+    start_server -t --tls-creds="$pki" --tls-verify-peer=off "$TEST_DIR/a.img"
+    run py "$SOCK" "$TEST_DIR/a.img" "$pki/ca-cert.pem" <<'EOF'
+import array, fcntl, random, sys, termios, time
+import nbdraw as n, nbdtls
+sock, img, ca = sys.argv[1:4]
+image = open(img, "rb").read()
+c = n.connect(sock, timeout=20)
+c.greeting()
+c.send_client_flags()
+nbdtls.starttls(c, ca=ca)
+assert c.go(b"") == n.REP_ACK
+
+def queued():  # reply bytes the server sent that we have not read
+    v = array.array("i", [0])
+    fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, v)
+    return v[0]
+
+pending = {}
+B = 16384 - 16  # a simple reply of one full record
+still = 0
+for i in range(1000):
+    off = (i * 7919 * B) % (16 << 20)
+    before = queued()
+    pending[c.send_request(n.CMD_READ, off, B)] = ("read", off, B)
+    time.sleep(0.02)  # one at a time: the worker keeps the read side
+    still = still + 1 if queued() <= before else 0
+    if still == 2:
+        break  # the buffers are full: a try found no room
+assert still == 2, "the reply buffers never filled"
+K = 128 * 1024
+rnd = random.Random(1)
+written = {}
+for i in range(8):
+    off = (24 << 20) + i * K
+    data = rnd.randbytes(64) * (K // 64)
+    written[off] = data
+    pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off, K)
+while pending:
+    r = c.reply()
+    kind, off, size = pending.pop(r.cookie)
+    assert r.error == 0, (kind, off, r.error)
+    if kind == "read":
+        assert r.data == image[off:off + size], "read at %d differs" % off
+for off, data in written.items():
+    r = c.read(off, K)
+    assert r.error == 0 and r.data == data, "write at %d differs" % off
+c.send_request(n.CMD_DISC)
+print("ok")
+EOF
+    assert_success
+    assert_output ok
+    assert server_alive
+}
+
 @test "--idle-timeout closes a connection whose client does not read replies; its slot goes to the next" {
     require_tool nbdinfo
     make_pattern "$TEST_DIR/a.img" $((32 << 20))
