@@ -25,6 +25,8 @@
 #   seqread-1m-qd8    1 MiB sequential reads, 8 in flight    MB/s
 #   seqwrite-1m-qd8   1 MiB sequential writes, 8 in flight   MB/s
 #   randread-4k-qd16  4 KiB random reads, 16 in flight       IOPS
+#   randread-4k-qd1   4 KiB random reads, one at a time      IOPS
+#   write-4k-qd1      4 KiB random writes, one at a time     IOPS
 #
 # Prints one line per run, then per workload the median (min-max) of each
 # config and diskimg's per-round ratio against each peer (median).  Only
@@ -129,12 +131,14 @@ run_workload() { # WORKLOAD URI -> value
     seqread-1m-qd8) args=(--mode read --pattern seq --bs 1048576 --qd 8) ;;
     seqwrite-1m-qd8) args=(--mode write --pattern seq --bs 1048576 --qd 8) ;;
     randread-4k-qd16) args=(--mode read --bs 4096 --qd 16) ;;
+    randread-4k-qd1) args=(--mode read --bs 4096 --qd 1) ;;
+    write-4k-qd1) args=(--mode write --bs 4096 --qd 1) ;;
   esac
   "$PY" "$CLIENT" --uri "$2" --seconds "$RUNTIME" "${args[@]}" |
     client_value
 }
 
-WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16)
+WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16 randread-4k-qd1 write-4k-qd1)
 TSV=$DIR/results.tsv
 printf 'round\tconfig\tworkload\tvalue\n' >"$TSV"
 for ((round = 1; round <= ROUNDS; round++)); do
