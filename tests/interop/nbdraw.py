@@ -312,3 +312,18 @@ class Conn:
     def disconnect(self):
         self.send_request(CMD_DISC)
         self.pending.clear()
+
+    def check_replies(self, pending, image, written):
+        """Take the reply of every request in pending (cookie -> (kind,
+        offset, size)), in whatever order they come: each succeeded, and a
+        read returned image's bytes.  Then read back written (offset ->
+        bytes) and compare."""
+        while pending:
+            r = self.reply()
+            kind, off, size = pending.pop(r.cookie)
+            assert r.error == 0, (kind, off, r.error)
+            if kind == "read":
+                assert r.data == image[off:off + size], "read at %d differs" % off
+        for off, data in written.items():
+            r = self.read(off, len(data))
+            assert r.error == 0 and r.data == data, "write at %d differs" % off

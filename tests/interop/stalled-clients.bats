@@ -131,7 +131,7 @@ for structured in (False, True):
     c.handshake(structured=structured)
     pending = {}
     for off in (0, K):
-        pending[c.send_request(n.CMD_READ, off, K)] = ("read", off)
+        pending[c.send_request(n.CMD_READ, off, K)] = ("read", off, K)
         time.sleep(0.2)
     rnd = random.Random(structured)
     written = {}
@@ -139,16 +139,8 @@ for structured in (False, True):
         off = (8 << 20) + i * K
         data = rnd.randbytes(64) * (K // 64)
         written[off] = data
-        pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off)
-    while pending:
-        r = c.reply()
-        kind, off = pending.pop(r.cookie)
-        assert r.error == 0, (kind, off, r.error)
-        if kind == "read":
-            assert r.data == image[off:off + K], "read at %d differs" % off
-    for off, data in written.items():
-        r = c.read(off, K)
-        assert r.error == 0 and r.data == data, "write at %d differs" % off
+        pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off, K)
+    c.check_replies(pending, image, written)
     c.send_request(n.CMD_DISC)
 print("ok")
 EOF
@@ -203,15 +195,7 @@ for i in range(8):
     data = rnd.randbytes(64) * (K // 64)
     written[off] = data
     pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off, K)
-while pending:
-    r = c.reply()
-    kind, off, size = pending.pop(r.cookie)
-    assert r.error == 0, (kind, off, r.error)
-    if kind == "read":
-        assert r.data == image[off:off + size], "read at %d differs" % off
-for off, data in written.items():
-    r = c.read(off, K)
-    assert r.error == 0 and r.data == data, "write at %d differs" % off
+c.check_replies(pending, image, written)
 c.send_request(n.CMD_DISC)
 print("ok")
 EOF
