@@ -17,9 +17,11 @@
 #
 # Configs: diskimg (serve --tls-creds), qemu-nbd (--object tls-creds-x509),
 # nbdkit (--tls=require --tls-certificates --tls-verify-peer), each on its
-# own copy of the image, page cache warm, cache mode writeback everywhere
-# (the defaults).  Every server requires TLS and verifies the same client
-# certificate (diskimg and qemu-nbd do by default, nbdkit when told).
+# copy of the image (one copy per config, made once; which copy a config
+# gets and the order of the configs are shuffled every round), page cache
+# warm, cache mode writeback everywhere (the defaults).  Every server
+# requires TLS and verifies the same client certificate (diskimg and
+# qemu-nbd do by default, nbdkit when told).
 #
 # Workloads, one connection each (nbd-fua-client.py over nbds+unix://):
 #   seqread-1m-qd8    1 MiB sequential reads, 8 in flight    MB/s
@@ -141,11 +143,24 @@ run_workload() { # WORKLOAD URI -> value
 WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16 randread-4k-qd1 write-4k-qd1)
 TSV=$DIR/results.tsv
 printf 'round\tconfig\tworkload\tvalue\n' >"$TSV"
+# One copy of the image per config, made once before the first round:
+# copying and deleting a 1 GiB image between servers made each one's run
+# depend on what the one before it freed (see tests/bench/README.md).
+IMGS=()
+for ((i = 0; i < ${#CONFIGS[@]}; i++)); do
+  cp "$BASE" "$DIR/copy$i.raw"
+  IMGS+=("$DIR/copy$i.raw")
+done
+sync
 for ((round = 1; round <= ROUNDS; round++)); do
-  for ((i = 0; i < ${#CONFIGS[@]}; i++)); do
-    cfg=${CONFIGS[$(((i + round - 1) % ${#CONFIGS[@]}))]}
-    img=$DIR/$cfg.raw sock=$DIR/$cfg.sock
-    cp "$BASE" "$img"
+  # A new order every round (a fixed rotation kept each config after the
+  # same neighbour), and a new copy for each config (one copy can be
+  # faster to write back than another, which must not follow a config).
+  mapfile -t order < <(printf '%s\n' "${CONFIGS[@]}" | shuf)
+  mapfile -t imgs < <(printf '%s\n' "${IMGS[@]}" | shuf)
+  echo "round $round: ${order[*]} (copies: ${imgs[*]##*/})" >&2
+  for ((i = 0; i < ${#order[@]}; i++)); do
+    cfg=${order[$i]} img=${imgs[$i]} sock=$DIR/${order[$i]}.sock
     cat "$img" >/dev/null # warm, like every config
     rm -f "$sock"
     start_server "$cfg" "$img" "$sock"
@@ -156,7 +171,6 @@ for ((round = 1; round <= ROUNDS; round++)); do
       sync "$img"
     done
     stop_server
-    rm -f "$img"
   done
 done
 
