@@ -85,13 +85,13 @@ static bool can_rebuild(const struct qcow2_state *s)
  * "successfully" with the file as long as before. */
 static int file_resizable(struct qcow2_state *s, bool *yes)
 {
-    int64_t len = blk_get_length(s->file);
     int r;
 
     *yes = false;
     if (!blk_can_resize(s->file)) {
         return 0;
     }
+    int64_t len = blk_get_length(s->file);
     if (len < 0) {
         err_clear(); /* the rebuild needs the length; dropping does not */
         return 0;
