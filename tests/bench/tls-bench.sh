@@ -181,7 +181,8 @@ val = collections.defaultdict(dict)  # (wl, cfg) -> {round: value}
 for rnd, cfg, wl, v in rows:
     val[(wl, cfg)][rnd] = float(v)
 wls = list(dict.fromkeys(r[2] for r in rows))
-cfgs = list(dict.fromkeys(r[1] for r in rows))
+# diskimg, then before, then the peers, whatever order the rounds ran in
+cfgs = sorted(set(r[1] for r in rows), key=lambda c: (c != "diskimg", c != "before", c))
 def fmt(xs):
     return "%.0f (%.0f-%.0f)" % (statistics.median(xs), min(xs), max(xs))
 peers = [c for c in cfgs if c != "diskimg"]

@@ -7,6 +7,7 @@ Every receive has a timeout, so a server that stops answering fails the
 test instead of hanging it.
 """
 
+import random
 import socket
 import struct
 
@@ -312,6 +313,19 @@ class Conn:
     def disconnect(self):
         self.send_request(CMD_DISC)
         self.pending.clear()
+
+    def pipeline_writes(self, pending, base, count, size, seed):
+        """Send count writes of size bytes of seeded random data at base,
+        base + size, ... without waiting for replies; each goes into
+        pending as ("write", offset, size).  Returns offset -> data."""
+        rnd = random.Random(seed)
+        written = {}
+        for i in range(count):
+            off = base + i * size
+            data = rnd.randbytes(64) * (size // 64)
+            written[off] = data
+            pending[self.send_request(CMD_WRITE, off, size, payload=data)] = ("write", off, size)
+        return written
 
     def check_replies(self, pending, image, written):
         """Take the reply of every request in pending (cookie -> (kind,

@@ -121,7 +121,7 @@ EOF
     make_pattern "$TEST_DIR/a.img" $((32 << 20))
     start_server -t "$TEST_DIR/a.img"
     run py "$SOCK" "$TEST_DIR/a.img" <<'EOF'
-import random, sys, time
+import sys, time
 import nbdraw as n
 sock, img = sys.argv[1], sys.argv[2]
 image = open(img, "rb").read()
@@ -133,13 +133,7 @@ for structured in (False, True):
     for off in (0, K):
         pending[c.send_request(n.CMD_READ, off, K)] = ("read", off, K)
         time.sleep(0.2)
-    rnd = random.Random(structured)
-    written = {}
-    for i in range(15):
-        off = (8 << 20) + i * K
-        data = rnd.randbytes(64) * (K // 64)
-        written[off] = data
-        pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off, K)
+    written = c.pipeline_writes(pending, 8 << 20, 15, K, structured)
     c.check_replies(pending, image, written)
     c.send_request(n.CMD_DISC)
 print("ok")
@@ -160,7 +154,7 @@ EOF
     make_server_pki "$TEST_DIR/pki"
     start_server -t --tls-creds="$pki" --tls-verify-peer=off "$TEST_DIR/a.img"
     run py "$SOCK" "$TEST_DIR/a.img" "$pki/ca-cert.pem" <<'EOF'
-import array, fcntl, random, sys, termios, time
+import array, fcntl, sys, termios, time
 import nbdraw as n, nbdtls
 sock, img, ca = sys.argv[1:4]
 image = open(img, "rb").read()
@@ -188,13 +182,7 @@ for i in range(1000):
         break  # the buffers are full: a try found no room
 assert still == 2, "the reply buffers never filled"
 K = 128 * 1024
-rnd = random.Random(1)
-written = {}
-for i in range(8):
-    off = (24 << 20) + i * K
-    data = rnd.randbytes(64) * (K // 64)
-    written[off] = data
-    pending[c.send_request(n.CMD_WRITE, off, K, payload=data)] = ("write", off, K)
+written = c.pipeline_writes(pending, 24 << 20, 8, K, 1)
 c.check_replies(pending, image, written)
 c.send_request(n.CMD_DISC)
 print("ok")
