@@ -208,6 +208,8 @@ int nbd_reply_simple(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err);
 int nbd_reply_error(struct nbd_worker *w, uint64_t cookie, uint32_t nbd_err, const char *msg);
 int nbd_reply_read(struct nbd_worker *w, uint64_t cookie, uint64_t off, const void *buf,
                    uint32_t len, bool df);
+/* The most bytes nbd_reply_read sends for a read of len bytes. */
+size_t nbd_reply_read_max(const struct nbd_conn *c, uint32_t len);
 struct nbd_extent_list {
     struct nbd_block_descriptor *desc; /* big-endian, ready to send */
     uint32_t n, cap;

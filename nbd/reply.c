@@ -101,6 +101,16 @@ static uint32_t read_run(uint64_t off, const uint8_t *buf, uint32_t pos, uint32_
     return end - pos;
 }
 
+size_t nbd_reply_read_max(const struct nbd_conn *c, uint32_t len)
+{
+    if (!c->structured) {
+        return sizeof(struct nbd_simple_reply) + len;
+    }
+    /* One data chunk is the longest: a hole takes out at least
+     * HOLE_GRANULE bytes of data for two chunk headers. */
+    return sizeof(struct nbd_structured_reply) + sizeof(struct nbd_chunk_offset_data) + len;
+}
+
 int nbd_reply_read(struct nbd_worker *w, uint64_t cookie, uint64_t off, const void *buf,
                    uint32_t len, bool df)
 {

@@ -200,7 +200,6 @@ static int flush_gathered(struct nbd_tls_session *ts)
  * (GnuTLS answering a TLS 1.3 key update while it receives) goes out
  * after the gathered ones, in the order GnuTLS numbered them. */
 #define WRITE_GATHER (64u * 1024)
-#define TLS_RECORD_MAX 16384 /* the most data one TLS record carries */
 
 static ssize_t push_locked(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
 {
@@ -427,7 +426,7 @@ static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
  * copy, not the full copy that gnutls_record_cork would make. */
 static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
-    uint8_t stage[TLS_RECORD_MAX];
+    uint8_t stage[NBD_TLS_RECORD_MAX];
     size_t used = 0;
     int r;
 
@@ -477,7 +476,7 @@ static int finish_pending_record(struct nbd_tls_session *s)
 
 int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken)
 {
-    uint8_t stage[TLS_RECORD_MAX];
+    uint8_t stage[NBD_TLS_RECORD_MAX];
     size_t len = iov_length(iov, iovcnt);
 
     *taken = false;
@@ -517,7 +516,7 @@ int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
         return r;
     }
     /* One record goes out as it is: gathering would only copy it. */
-    if (iov_length(iov, iovcnt) <= TLS_RECORD_MAX) {
+    if (iov_length(iov, iovcnt) <= NBD_TLS_RECORD_MAX) {
         return send_records(s, iov, iovcnt);
     }
     pthread_mutex_lock(&s->wlock);

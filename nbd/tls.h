@@ -30,6 +30,10 @@ struct nbd_tls_config {
 struct nbd_tls;
 struct nbd_tls_session;
 
+/* The most data one TLS record carries, and so the longest send that
+ * nbd_tls_try_send tries. */
+#define NBD_TLS_RECORD_MAX 16384
+
 int nbd_tls_new(struct nbd_tls **out, const struct nbd_tls_config *c, bool server);
 void nbd_tls_free(struct nbd_tls *t);
 bool nbd_tls_available(void);
@@ -51,12 +55,12 @@ ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len);
 /* Sends all of iov (one or more records); 0 or -errno.  First it sends
  * what nbd_tls_try_send left. */
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt);
-/* Sends iov as one record if the socket has room now: 0 when it went out,
- * -EAGAIN when it did not, or -errno with a message.  *taken says whether
- * GnuTLS took the record: after -EAGAIN with *taken, part of it waits
- * inside GnuTLS and the next nbd_tls_send sends it first; without
- * *taken, nothing of iov was sent (too long for one record, or another
- * send is under way). */
+/* Sends iov as one record (at most NBD_TLS_RECORD_MAX bytes) if the
+ * socket has room now: 0 when it went out, -EAGAIN when it did not, or
+ * -errno with a message.  *taken says whether GnuTLS took the record:
+ * after -EAGAIN with *taken, part of it waits inside GnuTLS and the next
+ * nbd_tls_send sends it first; without *taken, nothing of iov was sent
+ * (too long for one record, or another send is under way). */
 int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken);
 /* Decrypted bytes already buffered (poll() would not see them). */
 bool nbd_tls_pending(struct nbd_tls_session *s);

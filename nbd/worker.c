@@ -22,7 +22,8 @@
  * nbd_send_keeping_read_side hands over before it waits), because a
  * client that pipelines writes may read replies only after it has sent
  * them all.  Over TLS a reply is tried only when it fits one record, as
- * GnuTLS cannot stop halfway through one; a longer one hands over first.
+ * GnuTLS cannot stop halfway through one; so a read whose reply may be
+ * longer (nbd_reply_may_be_tried) hands over before it runs.
  *
  * The connection's locks, in the order they are taken:
  *   read_lock   the read side: held to read a request, and through the
@@ -52,6 +53,7 @@
 #include "internal.h"
 #include "names.h"
 #include "request.h"
+#include "tls.h"
 
 /* Worker buffers up to this size stay with the worker; larger ones come
  * from the shared stash (common/bufpool.h) and go back after the request,
@@ -164,6 +166,18 @@ static bool nbd_req_is_short(const struct nbd_req *req, uint64_t unflushed)
     }
 }
 
+/* Whether the reply to a short request can be tried without waiting
+ * (nbd_send_keeping_read_side).  Over TLS only a reply that fits one
+ * record can (nbd_tls_try_send); a longer one would hand the read side
+ * over only after the request ran, so its worker hands over before. */
+static bool nbd_reply_may_be_tried(const struct nbd_conn *c, const struct nbd_req *req)
+{
+    if (!c->tls || req->type != NBD_CMD_READ) {
+        return true; /* a write's or a flush's reply: a header, or an error */
+    }
+    return nbd_reply_read_max(c, req->count) <= NBD_TLS_RECORD_MAX;
+}
+
 /* Caller holds read_lock: let another worker read the next request.
  * Starting one (nbd_maybe_spawn) happens here, with no lock but
  * read_lock held. */
@@ -259,8 +273,9 @@ static void nbd_worker_loop(struct nbd_conn *c)
             log_debug("%s flags=0x%x offset=%" PRIu64 " count=%" PRIu32, nbd_cmd_name(req.type),
                       req.flags, req.offset, req.count);
         }
-        bool is_short = nbd_req_is_short(&req, nbd_track_unflushed(c, &req));
-        if (!is_short || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
+        bool keep =
+            nbd_req_is_short(&req, nbd_track_unflushed(c, &req)) && nbd_reply_may_be_tried(c, &req);
+        if (!keep || atomic_load(&c->inflight) > 1 || nbd_conn_input_pending(c)) {
             nbd_hand_over_read_side(&w);
         }
         /* Still has_read_side: it keeps it, and reads the next request

@@ -23,6 +23,8 @@ MODE:
                 second piece of a copy's 2 MiB read)
   refuse-text   NBD_OPT_GO refused with NBD_REP_ERR_UNKNOWN and a message
                 holding control characters
+  stall         good, except that a READ of 32 KiB or more is never
+                answered (a backend that hangs)
 
 Only the standard library.  Prints "listening" once the socket is ready,
 then "READ OFFSET LENGTH" for every READ request.
@@ -112,6 +114,10 @@ def answer_read(s, mode, cookie, off, n):
     elif mode == "error-piece" and off % (2 << 20) == 256 << 10:
         chunk(s, FLAG_DONE, TYPE_ERROR, cookie, struct.pack(">IH", EIO, 12) + b"piece failed")
     elif mode == "error-piece":
+        data_chunk(s, cookie, off, n, done=True)
+    elif mode == "stall" and n >= 32768:
+        pass
+    elif mode == "stall":
         data_chunk(s, cookie, off, n, done=True)
     elif mode == "error-text":
         chunk(s, FLAG_DONE, TYPE_ERROR, cookie, struct.pack(">IH", EIO, len(TEXT)) + TEXT)

@@ -4,7 +4,9 @@
 # when the server is told to stop.  None of them may hold a client slot
 # or the server's exit: the handshake limit covers sends, --idle-timeout
 # covers a reply the client does not take, and SIGTERM gives replies
-# NBD_SHUTDOWN_GRACE_S (5 s) before it drops such clients.
+# NBD_SHUTDOWN_GRACE_S (5 s) before it drops such clients.  And one
+# stalled backend (nbdfake.py): a TLS request behind a read that hangs
+# there is still answered.
 #
 # The stalled clients are python processes (nbdraw.py) that flood the
 # server and then sleep with the socket open; the test kills them.
@@ -190,6 +192,39 @@ EOF
     assert_success
     assert_output ok
     assert server_alive
+}
+
+@test "TLS: a read whose reply outgrows a record hands the reading over before it runs" {
+    # Over TLS only a one-record reply is tried while the worker keeps the
+    # read side, so a 64 KiB read must hand it over before it runs, like
+    # any request that may take long.  Its backend (nbdfake.py, stall)
+    # never answers it: the request behind it is answered all the same.
+    require_tool certtool
+    local fake=$TEST_DIR/fake.sock pki=$TEST_DIR/pki/server
+    "$PYTHON3" "$BATS_TEST_DIRNAME/nbdfake.py" "$fake" $((1 << 20)) stall >"$TEST_DIR/fake.out" 2>&1 &
+    STALL_PIDS+=("$!")
+    wait_until 20 grep -q listening "$TEST_DIR/fake.out"
+    make_server_pki "$TEST_DIR/pki"
+    start_server --tls-creds="$pki" --tls-verify-peer=off -r -f raw "nbd+unix:///?socket=$fake"
+    run py "$SOCK" "$pki/ca-cert.pem" "$TEST_DIR/fake.out" <<'EOF'
+import sys, time
+import nbdraw as n, nbdtls
+sock, ca, fake_out = sys.argv[1:4]
+c = n.connect(sock, timeout=20)
+c.greeting()
+c.send_client_flags()
+nbdtls.starttls(c, ca=ca)
+assert c.go(b"") == n.REP_ACK
+stalled = c.send_request(n.CMD_READ, 0, 65536)
+while "READ 0 65536" not in open(fake_out).read():
+    time.sleep(0.01)  # the read runs, and hangs in the backend
+past_end = c.send_request(n.CMD_READ, 1 << 20, 4096)
+r = c.reply()
+assert r.cookie == past_end and r.error == n.EINVAL, (r.cookie, r.error)
+print("ok")
+EOF
+    assert_success
+    assert_output ok
 }
 
 @test "--idle-timeout closes a connection whose client does not read replies; its slot goes to the next" {
