@@ -19,6 +19,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/util.h"
 #include "driver.h"
 
@@ -31,6 +32,25 @@
 /* What a request does, for the errno of a failed check: the NBD spec wants
  * ENOSPC for writes past the end, EINVAL for reads and discards. */
 enum blk_req_kind { BLK_KIND_READ, BLK_KIND_WRITE, BLK_KIND_DISCARD };
+
+/* A request past the end of a node that is not growable.  A write there
+ * into a node whose length cannot change (an NBD export under a format,
+ * which would have appended) is out of space, said so with the reason;
+ * any other is a request that was wrong about the node's length. */
+static int blk_past_end(const struct blk_node *n, uint64_t off, uint64_t len, int64_t size,
+                        enum blk_req_kind kind)
+{
+    if (kind == BLK_KIND_WRITE && !blk_can_resize(n)) {
+        CLEANUP_FREE char *esc = str_escape(n->filename); /* may come from an image */
+        return err_setx(ENOSPC,
+                        "%s: no space left: writing %" PRIu64 "+%" PRIu64
+                        " needs more than its %" PRId64 " bytes, and its length cannot change (%s)",
+                        esc ? esc : "?", off, len, size, n->drv->name);
+    }
+    return err_setx(kind == BLK_KIND_WRITE ? ENOSPC : EINVAL,
+                    "%s: request at %" PRIu64 "+%" PRIu64 " is beyond the end (%" PRId64 " bytes)",
+                    n->filename, off, len, size);
+}
 
 static int blk_check_request(struct blk_node *n, uint64_t off, uint64_t len, enum blk_req_kind kind)
 {
@@ -47,10 +67,7 @@ static int blk_check_request(struct blk_node *n, uint64_t off, uint64_t len, enu
             return (int)size;
         }
         if (off > (uint64_t)size || len > (uint64_t)size - off) {
-            return err_setx(kind == BLK_KIND_WRITE ? ENOSPC : EINVAL,
-                            "%s: request at %" PRIu64 "+%" PRIu64 " is beyond the end (%" PRId64
-                            " bytes)",
-                            n->filename, off, len, size);
+            return blk_past_end(n, off, len, size, kind);
         }
     }
     return 0;

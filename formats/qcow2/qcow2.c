@@ -320,7 +320,12 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->node = n;
     s->file = n->file;
     s->read_only = opts->read_only;
-    n->file->growable = true; /* clusters are appended; repair at open may append too */
+    /* Clusters are appended, and repair at open may append too.  Not to a
+     * file whose length cannot change (an NBD export): an allocation past
+     * its end fails in the generic layer, out of space, instead of
+     * reaching the server.  A read-only image appends nothing, and its
+     * file keeps reading past the end as zeroes (a partial last cluster). */
+    n->file->growable = opts->read_only || blk_can_resize(n->file);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->alloc_done, NULL);
     pthread_cond_init(&s->io_done, NULL);

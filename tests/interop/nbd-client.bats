@@ -5,7 +5,8 @@
 # sockets and TCP on 127.0.0.1 and [::1], multi-conn only when advertised,
 # block size constraints, servers lacking WRITE_ZEROES/FUA/block status,
 # qcow2 inside an export; clear errors for refused exports, TLS-required
-# servers and servers that die mid-transfer.
+# servers, servers that die mid-transfer and a qcow2 that outgrows its
+# export.
 
 load '../helpers'
 load 'lib'
@@ -498,4 +499,29 @@ kill_peer_midway() {
         }
     done
     range_is "$TEST_DIR/e.raw" 0 $MiB 00
+}
+
+@test "qcow2 inside a fixed-length export: writing past its end fails with one line, no space left" {
+    # An export cannot grow (nbdkit memory, diskimg serve of a raw file):
+    # the qcow2 clusters that do not fit are refused before they are sent,
+    # and the image keeps no leaked cluster.
+    require_tool nbdkit
+    "$DISKIMG" create -f qcow2 "$TEST_DIR/a.qcow2" 8M >/dev/null
+    head -c $((2 * MiB)) /dev/urandom >"$TEST_DIR/src.raw"
+    truncate -s 1M "$TEST_DIR/e.raw"
+    start_nbdkit "$TEST_DIR/k.sock" memory 1M
+    start_server -t -f raw "$TEST_DIR/e.raw"
+    local uri
+    for uri in "$(unix_uri "$TEST_DIR/k.sock")" "$(unix_uri "$SOCK")"; do
+        "$DISKIMG" convert -f raw -O raw "$TEST_DIR/a.qcow2" "$uri"
+        run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O qcow2 "$TEST_DIR/src.raw" "$uri"
+        assert_failure 1
+        [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 &&
+            "$stderr" == "diskimg: $uri: no space left: writing "*" needs more than its 1048576 bytes, and its length cannot change (nbd)" ]] || {
+            echo "unclear: $stderr" >&2
+            return 1
+        }
+        run "$DISKIMG" check -f qcow2 "$uri"
+        assert_success
+    done
 }

@@ -2,7 +2,8 @@
  * the child fails a write, clusters taken for data that never reached the
  * file are given back, so check finds no leak.  Emptying an image whose
  * file cannot change its length (rec-fixed, as an NBD export) drops its
- * clusters in place rather than rebuilding past the end. */
+ * clusters in place rather than rebuilding past the end, and a cluster
+ * that does not fit in such a file is refused before it is written. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "block/block.h"
 #include "block/chain.h"
+#include "common/error.h"
 #include "check.h"
 #include "rec-driver.h"
 
@@ -49,10 +51,11 @@ static int make_image(void)
     return image_len ? 0 : -EIO;
 }
 
-static struct blk_image *open_on(const char *protocol)
+/* The image on a PROTOCOL node described by SPEC (rec-driver.h). */
+static struct blk_image *open_spec(const char *protocol, const char *spec)
 {
     struct blk_image_opts o = {
-        .filename = "size=4194304",
+        .filename = spec,
         .protocol = protocol,
         .format = "qcow2",
         .cache = BLK_CACHE_WRITEBACK,
@@ -65,6 +68,11 @@ static struct blk_image *open_on(const char *protocol)
     rec_preload = NULL;
     rec_preload_len = 0;
     return img;
+}
+
+static struct blk_image *open_on(const char *protocol)
+{
+    return open_spec(protocol, "size=4194304");
 }
 
 static void test_compressed_write_fails(void)
@@ -92,14 +100,14 @@ static void test_compressed_write_fails(void)
     CHECK_EQ(blk_image_close(img), 0);
 }
 
-/* Requests that reach past the end of the rec node. */
-static unsigned calls_past_end(void)
+/* Requests that reach past END, the end of the rec node. */
+static unsigned calls_past(uint64_t end)
 {
     unsigned k = 0;
 
     for (unsigned i = 0; i < rec_ncalls; i++) {
         enum rec_op op = rec_calls[i].op;
-        k += (op == REC_WRITE || op == REC_ZERO) && rec_calls[i].off + rec_calls[i].len > REC_SIZE;
+        k += (op == REC_WRITE || op == REC_ZERO) && rec_calls[i].off + rec_calls[i].len > end;
     }
     return k;
 }
@@ -119,7 +127,7 @@ static void test_empty_fixed_length(void)
     CHECK_EQ(blk_image_pwrite(img, 64 << 10, data, sizeof data, 0), 0);
     rec_reset();
     CHECK_EQ(blk_image_make_empty(img), 0);
-    CHECK_EQ(calls_past_end(), 0);
+    CHECK_EQ(calls_past(REC_SIZE), 0);
     CHECK(rec_count(REC_DISCARD) > 0); /* the dropped clusters are punched */
     CHECK_EQ(blk_get_length(blk_node_child(blk_image_root(img))), REC_SIZE);
     CHECK_EQ(blk_image_pread(img, 64 << 10, data, sizeof data), 0);
@@ -151,6 +159,34 @@ static void test_empty_resizable(void)
     CHECK_EQ(blk_image_close(img), 0);
 }
 
+/* An allocation past the end of a file that cannot grow (rec-fixed, as
+ * an NBD export): refused in the generic layer, out of space, with a
+ * message that says why; nothing is written past the end, and the
+ * clusters taken for it are given back. */
+static void test_alloc_past_fixed_end(void)
+{
+    /* Header, refcount table and block, L1 table: no room for an L2 table. */
+    struct blk_image *img = open_spec("rec-fixed", "size=262144");
+    struct blk_check_result res;
+    static uint8_t data[64 << 10];
+
+    if (!img) {
+        return;
+    }
+    memset(data, 0x5a, sizeof data);
+    rec_reset();
+    CHECK_EQ(blk_image_pwrite(img, 0, data, sizeof data, 0), -ENOSPC);
+    CHECK(strstr(err_msg(), "size=262144: no space left: writing ") != NULL);
+    CHECK(strstr(err_msg(), ", and its length cannot change (rec-fixed)") != NULL);
+    CHECK(strchr(err_msg(), '\n') == NULL);
+    CHECK_EQ(calls_past(262144), 0);
+    CHECK_EQ(blk_get_length(blk_node_child(blk_image_root(img))), 262144);
+    CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
+    CHECK_EQ(res.corruptions, 0);
+    CHECK_EQ(res.leaks, 0);
+    CHECK_EQ(blk_image_close(img), 0);
+}
+
 int main(void)
 {
     if (make_image() < 0) {
@@ -160,6 +196,7 @@ int main(void)
     RUN(test_compressed_write_fails);
     RUN(test_empty_fixed_length);
     RUN(test_empty_resizable);
+    RUN(test_alloc_past_fixed_end);
     free(image);
     return check_exit();
 }
