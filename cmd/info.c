@@ -326,9 +326,7 @@ static int info_run(int argc, char **argv)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"backing-chain", no_argument, NULL, OPT_BACKING_CHAIN},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     const char *format = NULL;
@@ -362,16 +360,11 @@ static int info_run(int argc, char **argv)
         case OPT_BACKING_CHAIN:
             chain = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &tls)) {
-                break;
+            if ((r = cmd_image_getopt("info", c, argv, &image_opts, &tls)) != 0) {
+                return r;
             }
-            return cmd_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (optind + 1 != argc) {

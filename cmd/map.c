@@ -92,9 +92,7 @@ static int map_run(int argc, char **argv)
         {"max-length", required_argument, NULL, 'l'},
         {"force-share", no_argument, NULL, 'U'},
         {"detail", no_argument, NULL, OPT_DETAIL},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true};
@@ -135,22 +133,14 @@ static int map_run(int argc, char **argv)
         case OPT_DETAIL:
             detail = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("map", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &o)) {
-                break;
+            if ((r = cmd_image_getopt("map", c, argv, &image_opts, &o)) != 0) {
+                return r;
             }
-            return cmd_usage_error("map", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
-    if (optind + 1 != argc) {
-        return cmd_usage_error("map", "expected one FILE");
-    }
-    r = cmd_image_operand("map", argv[optind], image_opts, 0, &o);
+    r = cmd_one_image_operand("map", argc, argv, image_opts, 0, &o);
     if (r) {
         return r;
     }

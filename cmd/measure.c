@@ -70,9 +70,7 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"size", required_argument, NULL, OPT_SIZE},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     int c, r;
@@ -104,9 +102,6 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
         case 'U':
             a->img.force_share = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            a->image_opts = true;
-            break;
         case OPT_OUTPUT:
             if ((r = cmd_parse_output("measure", optarg, &a->json)) != 0) {
                 return r;
@@ -118,13 +113,11 @@ static int measure_parse(int argc, char **argv, struct measure_args *a)
             }
             a->size_given = true;
             break;
-        case ':':
-            return cmd_usage_error("measure", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &a->img)) {
-                break;
+            if ((r = cmd_image_getopt("measure", c, argv, &a->image_opts, &a->img)) != 0) {
+                return r;
             }
-            return cmd_usage_error("measure", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (argc - optind > 1) {

@@ -201,16 +201,14 @@ static int set_action(enum sn_action *a, enum sn_action want, const char **name,
 
 static int snapshot_run(int argc, char **argv)
 {
-    enum { OPT_OUTPUT = 256, OPT_IMAGE_OPTS };
+    enum { OPT_OUTPUT = 256 };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
         {"force-share", no_argument, NULL, 'U'},
         {"quiet", no_argument, NULL, 'q'},
         {"output", required_argument, NULL, OPT_OUTPUT},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.no_backing = true};
@@ -249,16 +247,9 @@ static int snapshot_run(int argc, char **argv)
         case OPT_OUTPUT:
             r = cmd_parse_output("snapshot", optarg, &json);
             break;
-        case OPT_IMAGE_OPTS:
-            with_image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("snapshot", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &o)) {
-                break;
-            }
-            return cmd_usage_error("snapshot", "unknown option '%s'", argv[optind - 1]);
+            r = cmd_image_getopt("snapshot", c, argv, &with_image_opts, &o);
+            break;
         }
         if (r) {
             return r;
