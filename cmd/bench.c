@@ -62,9 +62,7 @@ static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct
         {"aio", required_argument, NULL, OPT_AIO},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     uint64_t v;
@@ -139,16 +137,11 @@ static int bench_options(int argc, char **argv, struct blk_bench_opts *b, struct
         case 'U':
             o->force_share = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, o)) {
-                break;
+            if ((r = cmd_image_getopt("bench", c, argv, &image_opts, o)) != 0) {
+                return r;
             }
-            return cmd_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (optind + 1 != argc) {

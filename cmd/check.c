@@ -158,9 +158,7 @@ static int check_run(int argc, char **argv)
         {"target", required_argument, NULL, OPT_TARGET},
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.read_only = true, .no_backing = true, .for_check = true};
@@ -206,18 +204,11 @@ static int check_run(int argc, char **argv)
             break;
         case 'T':
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
-        case ':':
-            cmd_usage_error("check", "option '%s' needs a value", argv[optind - 1]);
-            return check_usage_error();
         default:
-            if (cmd_image_option(c, optarg, &o)) {
-                break;
+            if (cmd_image_getopt("check", c, argv, &image_opts, &o) != 0) {
+                return check_usage_error();
             }
-            cmd_usage_error("check", "unknown option '%s'", argv[optind - 1]);
-            return check_usage_error();
+            break;
         }
     }
     if (optind + 1 != argc) {

@@ -135,13 +135,11 @@ static int checksum_parse(struct checksum_args *a, int argc, char **argv)
         case 'U':
             a->img.force_share = true;
             break;
-        case ':':
-            return cmd_usage_error("checksum", "option '%s' needs a value", argv[optind - 1]);
-        default:
-            if (cmd_image_option(c, optarg, &a->img)) {
-                break;
+        default: /* no --image-opts: IMAGE is a file name or URL */
+            if ((r = cmd_image_getopt("checksum", c, argv, NULL, &a->img)) != 0) {
+                return r;
             }
-            return cmd_usage_error("checksum", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (argc - optind != 1) {

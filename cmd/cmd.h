@@ -141,9 +141,12 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
 #define CMD_IMAGE_LONGOPTS                                                                         \
     CMD_TLS_LONGOPTS, {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS}, CMD_UNTRUSTED_LONGOPT
 /* The default branch of the getopt switch (optstring starting with ':')
- * of a subcommand that opens one image: --image-opts sets *image_opts,
- * the options cmd_image_option takes go into o; 0 for those, else
- * EXIT_USAGE after naming the option that needs a value or is unknown. */
+ * of a subcommand that opens one image: --image-opts sets *image_opts
+ * (NULL for a subcommand without it), the options cmd_image_option
+ * takes go into o; 0 for those, else EXIT_USAGE after naming the option
+ * that needs a value or is unknown.  A subcommand lists only the long
+ * options it takes (CMD_IMAGE_LONGOPTS or some of them): the rest are
+ * unknown to getopt and so here. */
 int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
                      struct blk_image_opts *o);
 /* After the options: exactly one IMAGE operand, taken as

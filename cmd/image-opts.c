@@ -141,7 +141,7 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
 int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
                      struct blk_image_opts *o)
 {
-    if (c == CMD_OPT_IMAGE_OPTS) {
+    if (c == CMD_OPT_IMAGE_OPTS && image_opts) {
         *image_opts = true;
         return 0;
     }
