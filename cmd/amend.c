@@ -106,7 +106,7 @@ static bool has_help(const char *options)
 
 static int amend_run(int argc, char **argv)
 {
-    enum { OPT_FORCE = 256, OPT_IMAGE_OPTS };
+    enum { OPT_FORCE = 256 };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"format", required_argument, NULL, 'f'},
@@ -115,7 +115,7 @@ static int amend_run(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"cache", required_argument, NULL, 't'},
         {"force", no_argument, NULL, OPT_FORCE},
-        {"image-opts", no_argument, NULL, OPT_IMAGE_OPTS},
+        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         {"force-share", no_argument, NULL, 'U'},
         CMD_UNTRUSTED_LONGOPT,
         {NULL, 0, NULL, 0},
@@ -154,19 +154,14 @@ static int amend_run(int argc, char **argv)
         case OPT_FORCE:
             force = true;
             break;
-        case OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
         case 'U':
             return cmd_usage_error("amend", "-U (--force-share) is for commands that only "
                                             "read; amend writes");
-        case ':':
-            return cmd_usage_error("amend", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &o)) {
-                break;
+            if ((r = cmd_image_getopt("amend", c, argv, &image_opts, &o)) != 0) {
+                return r;
             }
-            return cmd_usage_error("amend", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (optind < argc && strcmp(argv[optind], "--") == 0) {

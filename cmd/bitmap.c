@@ -120,7 +120,7 @@ static int add_action(struct bitmap_args *a, enum blk_bitmap_op_kind kind, const
 
 static int parse_args(int argc, char **argv, struct bitmap_args *a, struct blk_image_opts *o)
 {
-    enum { OPT_ADD = 256, OPT_REMOVE, OPT_CLEAR, OPT_ENABLE, OPT_DISABLE, OPT_MERGE, OPT_IMGOPTS };
+    enum { OPT_ADD = 256, OPT_REMOVE, OPT_CLEAR, OPT_ENABLE, OPT_DISABLE, OPT_MERGE };
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"add", no_argument, NULL, OPT_ADD},
@@ -133,10 +133,8 @@ static int parse_args(int argc, char **argv, struct bitmap_args *a, struct blk_i
         {"source-file", required_argument, NULL, 'b'},
         {"source-format", required_argument, NULL, 'F'},
         {"format", required_argument, NULL, 'f'},
-        {"image-opts", no_argument, NULL, OPT_IMGOPTS},
         {"quiet", no_argument, NULL, 'q'},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     int c, r = 0;
@@ -181,16 +179,9 @@ static int parse_args(int argc, char **argv, struct bitmap_args *a, struct blk_i
             break;
         case 'q':
             break;
-        case OPT_IMGOPTS:
-            a->image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("bitmap", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, o)) {
-                break;
-            }
-            return cmd_usage_error("bitmap", "unknown option '%s'", argv[optind - 1]);
+            r = cmd_image_getopt("bitmap", c, argv, &a->image_opts, o);
+            break;
         }
     }
     return r;

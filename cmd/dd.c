@@ -138,13 +138,11 @@ static int dd_parse(int argc, char **argv, struct dd_args *a)
         case 'U':
             a->in.force_share = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            a->image_opts = true;
-            break;
-        case ':':
-            return cmd_usage_error("dd", "option '%s' needs a value", argv[optind - 1]);
         default:
-            return cmd_usage_error("dd", "unknown option '%s'", argv[optind - 1]);
+            if ((r = cmd_image_getopt("dd", c, argv, &a->image_opts, &a->in)) != 0) {
+                return r;
+            }
+            break;
         }
     }
     for (int i = optind; i < argc; i++) {

@@ -36,9 +36,7 @@ static int resize_run(int argc, char **argv)
         {"shrink", no_argument, NULL, OPT_SHRINK},
         {"quiet", no_argument, NULL, 'q'},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct blk_image_opts o = {.discard = BLK_DISCARD_UNMAP};
@@ -68,19 +66,14 @@ static int resize_run(int argc, char **argv)
         case OPT_SHRINK:
             shrink = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
         case 'U':
             return cmd_usage_error("resize", "-U (--force-share) is for commands that only "
                                              "read; resize writes");
-        case ':':
-            return cmd_usage_error("resize", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &o)) {
-                break;
+            if ((r = cmd_image_getopt("resize", c, argv, &image_opts, &o)) != 0) {
+                return r;
             }
-            return cmd_usage_error("resize", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (optind < argc && strcmp(argv[optind], "--") == 0) {
