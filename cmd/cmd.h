@@ -149,6 +149,11 @@ int cmd_image_operand(const char *sub, char *arg, bool image_opts, unsigned keys
  * unknown to getopt and so here. */
 int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
                      struct blk_image_opts *o);
+/* The same for a subcommand that opens two images (compare, convert):
+ * the options cmd_image_option takes go into both a and b, since either
+ * may be an nbds:// or https:// image. */
+int cmd_two_images_getopt(const char *sub, int c, char **argv, bool *image_opts,
+                          struct blk_image_opts *a, struct blk_image_opts *b);
 /* After the options: exactly one IMAGE operand, taken as
  * cmd_image_operand takes it; 0 or EXIT_USAGE. */
 int cmd_one_image_operand(const char *sub, int argc, char **argv, bool image_opts, unsigned keys,

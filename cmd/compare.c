@@ -116,9 +116,7 @@ static int compare_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
 
@@ -150,9 +148,6 @@ static int compare_run(int argc, char **argv)
         case 'q':
             quiet = true;
             break;
-        case CMD_OPT_IMAGE_OPTS:
-            image_opts = true;
-            break;
         case 'U':
             oa.force_share = ob.force_share = true;
             break;
@@ -163,14 +158,11 @@ static int compare_run(int argc, char **argv)
             ob.cache = oa.cache;
             oa.stream = ob.stream = false;
             break;
-        case ':':
-            return cmd_usage_error("compare", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(ch, optarg, &oa)) {
-                cmd_image_option(ch, optarg, &ob); /* either image may be nbds:// */
-                break;
+            if ((r = cmd_two_images_getopt("compare", ch, argv, &image_opts, &oa, &ob)) != 0) {
+                return r;
             }
-            return cmd_usage_error("compare", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (argc - optind != 2) {

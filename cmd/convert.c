@@ -220,12 +220,10 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         {"bitmaps", no_argument, NULL, OPT_BITMAPS},
         {"skip-broken-bitmaps", no_argument, NULL, OPT_SKIP_BROKEN},
         {"force-share", no_argument, NULL, 'U'},
-        {"image-opts", no_argument, NULL, CMD_OPT_IMAGE_OPTS},
         {"target-image-opts", no_argument, NULL, OPT_TARGET_IMAGE_OPTS},
         {"salvage", no_argument, NULL, OPT_SALVAGE},
         {"debug", required_argument, NULL, OPT_DEBUG},
-        CMD_TLS_LONGOPTS,
-        CMD_UNTRUSTED_LONGOPT,
+        CMD_IMAGE_LONGOPTS,
         CMD_REPRODUCIBLE_LONGOPT,
         {NULL, 0, NULL, 0},
     };
@@ -263,9 +261,6 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
             break;
         case 'n':
             o->create_target = false;
-            break;
-        case CMD_OPT_IMAGE_OPTS:
-            o->image_opts = true;
             break;
         case OPT_TARGET_IMAGE_OPTS:
             o->tgt_image_opts = true;
@@ -362,14 +357,12 @@ static int convert_parse(struct convert_opts *o, int argc, char **argv)
         case CMD_OPT_REPRODUCIBLE:
             o->reproducible = true;
             break;
-        case ':':
-            return cmd_usage_error("convert", "option '%s' needs a value", argv[optind - 1]);
         default:
-            if (cmd_image_option(c, optarg, &o->src)) {
-                cmd_image_option(c, optarg, &o->dst); /* both ends may be nbds:// */
-                break;
+            r = cmd_two_images_getopt("convert", c, argv, &o->image_opts, &o->src, &o->dst);
+            if (r != 0) {
+                return r;
             }
-            return cmd_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
+            break;
         }
     }
     if (o->options && strcmp(o->options, "help") == 0) {

@@ -154,6 +154,17 @@ int cmd_image_getopt(const char *sub, int c, char **argv, bool *image_opts,
     return cmd_usage_error(sub, "unknown option '%s'", argv[optind - 1]);
 }
 
+int cmd_two_images_getopt(const char *sub, int c, char **argv, bool *image_opts,
+                          struct blk_image_opts *a, struct blk_image_opts *b)
+{
+    int r = cmd_image_getopt(sub, c, argv, image_opts, a);
+
+    if (r == 0) {
+        cmd_image_option(c, optarg, b);
+    }
+    return r;
+}
+
 int cmd_one_image_operand(const char *sub, int argc, char **argv, bool image_opts, unsigned keys,
                           struct blk_image_opts *o)
 {
