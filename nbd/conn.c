@@ -19,8 +19,8 @@
  * is full, and its caller decides what to do before it waits (a worker
  * that keeps the read side hands it over first, worker.c).  While
  * a send waits, send_wait_since says since when no byte went out, which
- * is what the watchdog reads.  A TLS send blocks inside GnuTLS (which
- * retries after the timeout); it sets send_wait_since for its whole
+ * is what the watchdog reads.  A TLS send waits for room between its
+ * GnuTLS calls (tls-session.c); it sets send_wait_since for its whole
  * duration, and the watchdog ends it by shutting the socket down.  A TLS
  * reply that fits one record can be tried too (nbd_tls_try_send). */
 #include <errno.h>
@@ -261,9 +261,9 @@ static void nbd_iov_advance(struct iovec **iov, int *iovcnt, size_t n)
     }
 }
 
-/* TLS: a reply that fits one record is tried as a whole; GnuTLS cannot
- * stop halfway through a record, so one it took counts as sent, and the
- * next nbd_conn_send sends what the socket had no room for. */
+/* TLS: a reply that fits one record is tried as a whole; a record GnuTLS
+ * took counts as sent, and what the socket had no room for waits in the
+ * session's output queue for the next nbd_conn_send. */
 static int nbd_conn_try_send_tls(struct nbd_conn *c, struct iovec **iov, int *iovcnt)
 {
     bool taken;

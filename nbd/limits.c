@@ -2,8 +2,8 @@
  * server: the global caps on connections and threads, and the watchdog
  * that applies the time limits to connections whose threads are stuck in
  * a system call the connection's own code cannot time out (a TLS send
- * blocks inside GnuTLS; a send on a plain socket waits in conn.c but has
- * no idle or shutdown limit of its own).
+ * waits for room in tls-session.c and a send on a plain socket in
+ * conn.c, with no idle or shutdown limit of their own).
  *
  * The watchdog runs in the main thread: from the accept loop once a
  * second while connections exist and a time limit is set, and from the

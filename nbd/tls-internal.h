@@ -53,26 +53,22 @@ struct nbd_tls_session {
     bool bye_sent;
     bool established; /* the TLS handshake completed */
     bool got_data;    /* a record with data arrived */
+    /* Transmission: threads share the session, so every GnuTLS call
+     * holds glock and the transport never waits (tls-session.c).  Set
+     * once, before those threads start. */
+    bool shared;
+    pthread_mutex_t glock;
+    bool would_block; /* the transport's last call found no room or data */
     /* Ciphertext read ahead of what GnuTLS asked for (see tls_pull):
-     * bytes [rpos, rlen) of rbuf are next on the stream.  Only the
-     * receiving side touches them. */
+     * bytes [rpos, rlen) of rbuf are next on the stream. */
     uint8_t *rbuf;
     size_t rpos, rlen;
-    /* Records gathered to go out together (see tls_push): wlen bytes of
-     * wbuf, under wlock, as is which thread gathers. */
-    pthread_mutex_t wlock;
+    /* The output queue (see tls_push): bytes [wpos, wlen) of wbuf (wcap
+     * long) are still to go; gathering: a send of several records is
+     * under way, so its records wait there to go out together. */
     uint8_t *wbuf;
-    size_t wlen;
+    size_t wpos, wlen, wcap;
     bool gathering;
-    pthread_t gatherer;
-    /* A record tried without waiting (nbd_tls_try_send): while trying,
-     * the push does not wait for room, under wlock as is which thread
-     * tries; record_pending says GnuTLS still holds part of that record,
-     * which nbd_tls_send finishes before anything else.  Only the sending
-     * thread touches record_pending. */
-    bool trying;
-    pthread_t trier;
-    bool record_pending;
     /* Server, PSK: the identity the client offered, and whether it is in
      * our file (to tell an unknown identity from a wrong key). */
     char psk_offered[256];

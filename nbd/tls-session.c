@@ -5,8 +5,19 @@
  * GnuTLS reads and writes the socket through our transport functions, not
  * its own, so that a deadline bounds every wait: during the NBD handshake
  * a client that sends half a TLS record and stalls, or stops reading, is
- * dropped at the connection's deadline instead of holding a slot.  With
- * no deadline (transmission) they block like plain recv and sendmsg. */
+ * dropped at the connection's deadline instead of holding a slot.
+ *
+ * In transmission several threads share a session: one reads requests
+ * while others send replies.  GnuTLS allows one sender beside one
+ * receiver, but not a TLS 1.3 key update the peer asks for: receiving it
+ * switches the session's keys under a sender's feet, and the peer could
+ * not decrypt the records that followed (GnuTLS 3.7).  So from then on
+ * every GnuTLS call holds glock, and none of them waits while it does:
+ * the reader waits for ciphertext before its call (read_ahead_waiting),
+ * and a push never waits for room but leaves what the socket does not
+ * take in the output queue, which the sender drains between its calls
+ * (see tls_push).  So a reply waiting for room never stops the reader,
+ * nor the reader a reply. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -66,13 +77,18 @@ static int wait_ready(struct nbd_tls_session *ts, short events)
 
 static ssize_t recv_once(struct nbd_tls_session *ts, void *buf, size_t len)
 {
-    if (ts->deadline_ns && wait_ready(ts, POLLIN) < 0) {
+    if (!ts->shared && ts->deadline_ns && wait_ready(ts, POLLIN) < 0) {
         return -1;
     }
     for (;;) {
-        ssize_t n = recv(ts->fd, buf, len, 0);
+        ssize_t n = recv(ts->fd, buf, len, ts->shared ? MSG_DONTWAIT : 0);
         if (n == 0 || (n < 0 && errno == ECONNRESET)) {
             ts->pull_gone = true;
+        }
+        if (n < 0 && ts->shared && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ts->would_block = true;
+            errno = EAGAIN;
+            return -1;
         }
         if (n >= 0 || errno != EINTR) {
             return n;
@@ -148,89 +164,144 @@ static int tls_pull_timeout(gnutls_transport_ptr_t ptr, unsigned ms)
     }
 }
 
-/* Caller holds wlock.  A thread that tries a record (nbd_tls_try_send)
- * gets EAGAIN instead of a wait when the socket is full. */
+/* One sendmsg, retried on EINTR; in the handshake it waits for room (up
+ * to the deadline), in a shared session it does not (-1 with EAGAIN). */
 static ssize_t send_some(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
 {
     struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    bool trying = ts->trying && pthread_equal(ts->trier, pthread_self());
 
     for (;;) {
-        if (ts->deadline_ns && wait_ready(ts, POLLOUT) < 0) {
+        if (!ts->shared && ts->deadline_ns && wait_ready(ts, POLLOUT) < 0) {
             return -1;
         }
-        int flags = MSG_NOSIGNAL | (ts->deadline_ns || trying ? MSG_DONTWAIT : 0);
+        int flags = MSG_NOSIGNAL | (ts->deadline_ns || ts->shared ? MSG_DONTWAIT : 0);
         ssize_t n = sendmsg(ts->fd, &msg, flags);
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
             ts->push_gone = true;
         }
-        if (n < 0 && trying && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            errno = EAGAIN; /* GnuTLS keeps the rest: GNUTLS_E_AGAIN */
-            return -1;
-        }
-        if (n >= 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        if (n >= 0) {
             return n;
+        }
+        if (errno == EWOULDBLOCK) {
+            errno = EAGAIN;
+        }
+        if (errno != EINTR && (errno != EAGAIN || ts->shared)) {
+            return -1;
         }
     }
 }
 
-/* The gathered records, all of them (caller holds wlock): 0, or -1 with
- * errno. */
-static int flush_gathered(struct nbd_tls_session *ts)
-{
-    size_t done = 0;
+/*
+ * The output queue.  In a shared session GnuTLS must never see a push
+ * fail with EAGAIN: it would keep the record to resend when called again,
+ * and a key update received meanwhile makes that call encrypt the same
+ * data a second time (GnuTLS 3.7 sent the record twice).  So a push always
+ * takes everything: what the socket does not take at once waits in wbuf,
+ * [wpos, wlen), and the sending thread drains it between GnuTLS calls,
+ * waiting for room without glock (queue_drain).
+ *
+ * GnuTLS pushes each record (at most 16 KiB of data) as it encrypts it,
+ * so a 1 MiB reply took 64 sendmsg calls and woke the reader as often.
+ * So while a thread sends more than one record (nbd_tls_send), its
+ * records wait in the queue and go out WRITE_GATHER bytes at a time.
+ */
+#define WRITE_GATHER (64u * 1024)
 
-    while (done < ts->wlen) {
-        ssize_t n = send_some(ts, &(struct iovec){ts->wbuf + done, ts->wlen - done}, 1);
-        if (n < 0) {
-            ts->wlen = 0;
+/* Appends iov from byte skip on (caller holds glock); 0, or -1 with errno. */
+static int queue_append(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt,
+                        size_t skip)
+{
+    size_t len = iov_length(iov, iovcnt) - skip;
+
+    if (ts->wpos == ts->wlen) {
+        ts->wpos = ts->wlen = 0;
+    }
+    if (ts->wlen + len > ts->wcap) {
+        size_t cap = MAX(ts->wlen + len, (size_t)WRITE_GATHER + 2 * NBD_TLS_RECORD_MAX);
+        uint8_t *p = realloc(ts->wbuf, cap);
+        if (!p) {
+            errno = ENOMEM;
             return -1;
         }
-        done += (size_t)n;
+        ts->wbuf = p;
+        ts->wcap = cap;
     }
-    ts->wlen = 0;
+    ts->wlen += iov_to_buf(iov, iovcnt, skip, ts->wbuf + ts->wlen, len);
     return 0;
 }
 
-/* GnuTLS pushes each record (at most 16 KiB of data) as it encrypts it,
- * so a 1 MiB reply took 64 sendmsg calls and woke the reader as often.
- * While a thread sends more than one record (nbd_tls_send), its records
- * are copied into wbuf instead and go out WRITE_GATHER bytes at a time,
- * the rest when the send ends.  A record another thread pushes meanwhile
- * (GnuTLS answering a TLS 1.3 key update while it receives) goes out
- * after the gathered ones, in the order GnuTLS numbered them. */
-#define WRITE_GATHER (64u * 1024)
-
-static ssize_t push_locked(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
+/* Sends what the queue holds without waiting (caller holds glock): 0
+ * when it is empty, -1 with errno (EAGAIN: the socket is full). */
+static int queue_send(struct nbd_tls_session *ts)
 {
-    if (!ts->gathering || !pthread_equal(ts->gatherer, pthread_self())) {
-        return flush_gathered(ts) < 0 ? -1 : send_some(ts, iov, iovcnt);
+    while (ts->wpos < ts->wlen) {
+        ssize_t n = send_some(ts, &(struct iovec){ts->wbuf + ts->wpos, ts->wlen - ts->wpos}, 1);
+        if (n < 0) {
+            return -1;
+        }
+        ts->wpos += (size_t)n;
     }
+    ts->wpos = ts->wlen = 0;
+    return 0;
+}
+
+static ssize_t push_shared(struct nbd_tls_session *ts, const struct iovec *iov, int iovcnt)
+{
     size_t total = iov_length(iov, iovcnt);
-    if (ts->wlen + total > WRITE_GATHER && flush_gathered(ts) < 0) {
+    ssize_t n = 0;
+
+    if (!ts->gathering && ts->wpos == ts->wlen) {
+        n = send_some(ts, iov, iovcnt);
+        if (n < 0 && errno != EAGAIN) {
+            return -1;
+        }
+        n = MAX(n, 0);
+    }
+    if ((size_t)n < total && queue_append(ts, iov, iovcnt, (size_t)n) < 0) {
         return -1;
     }
-    if (total > WRITE_GATHER) {
-        return send_some(ts, iov, iovcnt);
-    }
-    ts->wlen += iov_to_buf(iov, iovcnt, 0, ts->wbuf + ts->wlen, total);
     return (ssize_t)total;
 }
 
+/* Called by GnuTLS only: under glock once the session is shared, and in
+ * the handshake's one thread before. */
 static ssize_t tls_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
 {
     struct nbd_tls_session *ts = ptr;
 
-    pthread_mutex_lock(&ts->wlock);
-    ssize_t n = push_locked(ts, (const struct iovec *)iov, iovcnt);
-    pthread_mutex_unlock(&ts->wlock);
-    return n;
+    if (ts->shared) {
+        return push_shared(ts, (const struct iovec *)iov, iovcnt);
+    }
+    return send_some(ts, (const struct iovec *)iov, iovcnt);
 }
 
 void nbd_tls_set_deadline(struct nbd_tls_session *s, uint64_t deadline_ns)
 {
     if (s) {
         s->deadline_ns = deadline_ns;
+        if (!deadline_ns) {
+            s->shared = true; /* before the threads that share it start */
+        }
+    }
+}
+
+/* Without glock, between GnuTLS calls of a shared session: until the
+ * socket has room (POLLOUT) or data (POLLIN), or the deadline passes
+ * (a goodbye's).  0, or -1 with errno. */
+static int wait_outside(struct nbd_tls_session *ts, short events)
+{
+    if (ts->deadline_ns) {
+        return wait_ready(ts, events);
+    }
+    for (;;) {
+        struct pollfd p = {.fd = ts->fd, .events = events};
+        int r = poll(&p, 1, -1);
+        if (r > 0) {
+            return 0;
+        }
+        if (r < 0 && errno != EINTR) {
+            return -1;
+        }
     }
 }
 
@@ -343,7 +414,7 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
         free(ts);
         return err_setx(ENOMEM, "TLS: session: %s", gnutls_strerror(g));
     }
-    pthread_mutex_init(&ts->wlock, NULL);
+    pthread_mutex_init(&ts->glock, NULL);
     ts->s = s;
     ts->t = t;
     ts->fd = fd;
@@ -374,7 +445,7 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
             }
         }
         gnutls_deinit(s);
-        pthread_mutex_destroy(&ts->wlock);
+        pthread_mutex_destroy(&ts->glock);
         free(ts->rbuf);
         free(ts);
         return r;
@@ -383,39 +454,138 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
     return 0;
 }
 
-ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
+/* A shared session's reader, without glock, when GnuTLS has nothing
+ * for it: waits for ciphertext and reads it ahead with one blocking recv,
+ * as the transport did before the session was shared (rbuf, empty now,
+ * is the reading thread's alone).  The pull sees again what a failed
+ * recv saw. */
+static void read_ahead_waiting(struct nbd_tls_session *ts)
+{
+    ssize_t n;
+
+    if (!ts->rbuf && !(ts->rbuf = malloc(READ_AHEAD))) {
+        (void)wait_outside(ts, POLLIN);
+        return;
+    }
+    do {
+        n = recv(ts->fd, ts->rbuf, READ_AHEAD, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        ts->rpos = 0;
+        ts->rlen = (size_t)n;
+    } else if (n == 0 || errno == ECONNRESET) {
+        ts->pull_gone = true;
+    }
+}
+
+/* One GnuTLS call that sends or receives, under glock.  GNUTLS_E_AGAIN
+ * from a shared session whose transport found the socket empty (or full)
+ * means: wait for data (or room) without glock and call again (fn then
+ * resumes what it began).  GnuTLS also says GNUTLS_E_AGAIN after it
+ * handled a TLS 1.3 key update with records still buffered, which poll()
+ * cannot see: then it is called again at once.  Until the session is
+ * shared, the transport waits inside the call. */
+static ssize_t record_call(struct nbd_tls_session *s, bool sending,
+                           ssize_t (*fn)(gnutls_session_t, void *, size_t), void *buf, size_t len)
 {
     for (;;) {
-        ssize_t n = gnutls_record_recv(s->s, buf, len);
-        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
-            continue;
-        }
-        if (n > 0) {
-            s->got_data = true;
+        pthread_mutex_lock(&s->glock);
+        s->would_block = false;
+        ssize_t n = fn(s->s, buf, len);
+        bool blocked = s->would_block;
+        pthread_mutex_unlock(&s->glock);
+        if ((n != GNUTLS_E_INTERRUPTED && n != GNUTLS_E_AGAIN) || s->interrupted) {
             return n;
         }
-        if (n < 0 && (n != GNUTLS_E_PREMATURE_TERMINATION || s->timed_out)) {
-            return nbd_tls_why_record(s, n, false);
+        if (n == GNUTLS_E_AGAIN && blocked) {
+            if (!sending) {
+                read_ahead_waiting(s);
+            } else if (wait_outside(s, POLLOUT) < 0) {
+                return GNUTLS_E_PUSH_ERROR;
+            }
         }
-        /* The end of the stream (with or without a goodbye).  In the NBD
-         * handshake, before a first record, the peer likely refused us. */
-        return s->deadline_ns && !s->got_data ? nbd_tls_why_eof(s) : 0;
     }
+}
+
+bool nbd_tls_pending(struct nbd_tls_session *s)
+{
+    pthread_mutex_lock(&s->glock);
+    bool pending = s->rpos < s->rlen || gnutls_record_check_pending(s->s) > 0;
+    pthread_mutex_unlock(&s->glock);
+    return pending;
+}
+
+static ssize_t record_send(gnutls_session_t s, void *buf, size_t len)
+{
+    return gnutls_record_send(s, buf, len);
+}
+
+ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
+{
+    if (s->shared && !nbd_tls_pending(s)) {
+        read_ahead_waiting(s); /* rather than a recv that says EAGAIN first */
+    }
+    ssize_t n = record_call(s, false, gnutls_record_recv, buf, len);
+
+    if (n > 0) {
+        s->got_data = true;
+        return n;
+    }
+    if (n < 0 && (n != GNUTLS_E_PREMATURE_TERMINATION || s->timed_out)) {
+        return nbd_tls_why_record(s, n, false);
+    }
+    /* The end of the stream (with or without a goodbye).  In the NBD
+     * handshake, before a first record, the peer likely refused us. */
+    return s->deadline_ns && !s->got_data ? nbd_tls_why_eof(s) : 0;
+}
+
+/* Sends the output queue until it is empty, waiting for room without
+ * glock: 0, or -1 with errno. */
+static int queue_drain(struct nbd_tls_session *s)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->glock);
+        int r = queue_send(s);
+        int err = errno;
+        pthread_mutex_unlock(&s->glock);
+        if (r == 0) {
+            return 0;
+        }
+        if (err != EAGAIN || wait_outside(s, POLLOUT) < 0) {
+            return -1;
+        }
+    }
+}
+
+/* The same for a sender, with a message when it fails. */
+static int drain_for_send(struct nbd_tls_session *s)
+{
+    return queue_drain(s) < 0 ? nbd_tls_why_record(s, GNUTLS_E_PUSH_ERROR, true) : 0;
+}
+
+static bool queue_full(struct nbd_tls_session *s)
+{
+    pthread_mutex_lock(&s->glock);
+    bool full = s->wlen - s->wpos >= WRITE_GATHER;
+    pthread_mutex_unlock(&s->glock);
+    return full;
 }
 
 /* One gnutls_record_send until all of it is sent. */
 static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
 {
+    int r;
+
     while (len > 0) {
-        ssize_t n = gnutls_record_send(s->s, p, len);
-        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
-            continue;
-        }
+        ssize_t n = record_call(s, true, record_send, (void *)p, len);
         if (n < 0) {
             return nbd_tls_why_record(s, n, true);
         }
         p += n;
         len -= (size_t)n;
+        if (s->shared && queue_full(s) && (r = drain_for_send(s)) < 0) {
+            return r;
+        }
     }
     return 0;
 }
@@ -456,91 +626,63 @@ static int send_records(struct nbd_tls_session *s, const struct iovec *iov, int 
     return tls_send_all(s, stage, used);
 }
 
-/* The rest of a record nbd_tls_try_send left with GnuTLS, waiting for
- * room: GnuTLS resumes a send that said GNUTLS_E_AGAIN when called with
- * no new data. */
-static int finish_pending_record(struct nbd_tls_session *s)
-{
-    while (s->record_pending) {
-        ssize_t n = gnutls_record_send(s->s, NULL, 0);
-        if ((n == GNUTLS_E_INTERRUPTED || n == GNUTLS_E_AGAIN) && !s->interrupted) {
-            continue;
-        }
-        s->record_pending = false;
-        if (n < 0) {
-            return nbd_tls_why_record(s, n, true);
-        }
-    }
-    return 0;
-}
-
 int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken)
 {
     uint8_t stage[NBD_TLS_RECORD_MAX];
     size_t len = iov_length(iov, iovcnt);
 
     *taken = false;
-    pthread_mutex_lock(&s->wlock);
-    bool may_try = len <= sizeof stage && !s->record_pending && !s->gathering && s->wlen == 0;
-    if (may_try) {
-        s->trying = true;
-        s->trier = pthread_self();
-    }
-    pthread_mutex_unlock(&s->wlock);
-    if (!may_try) {
+    if (!s->shared || len > sizeof stage) {
         return -EAGAIN;
     }
     iov_to_buf(iov, iovcnt, 0, stage, len);
-    ssize_t n = gnutls_record_send(s->s, stage, len);
-    pthread_mutex_lock(&s->wlock);
-    s->trying = false;
-    pthread_mutex_unlock(&s->wlock);
-    if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
-        /* GnuTLS took the record; nbd_tls_send sends what is left of it. */
-        s->record_pending = true;
-        *taken = true;
+    pthread_mutex_lock(&s->glock);
+    bool may_try = !s->gathering && s->wpos == s->wlen;
+    ssize_t n = may_try ? gnutls_record_send(s->s, stage, len) : 0;
+    bool queued = s->wpos < s->wlen;
+    pthread_mutex_unlock(&s->glock);
+    if (!may_try) {
         return -EAGAIN;
     }
     if (n < 0) {
         return nbd_tls_why_record(s, n, true);
     }
+    /* The record is GnuTLS's; what the socket did not take is queued for
+     * the next nbd_tls_send. */
     *taken = true;
-    return 0;
+    return queued ? -EAGAIN : 0;
 }
 
 int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
 {
-    int r, flushed = 0;
-
-    if ((r = finish_pending_record(s)) < 0) {
-        return r;
-    }
     /* One record goes out as it is: gathering would only copy it. */
-    if (iov_length(iov, iovcnt) <= NBD_TLS_RECORD_MAX) {
-        return send_records(s, iov, iovcnt);
+    bool gather = s->shared && iov_length(iov, iovcnt) > NBD_TLS_RECORD_MAX;
+    int r;
+
+    if (s->shared && (r = drain_for_send(s)) < 0) {
+        return r; /* what a try or another push left goes first */
     }
-    pthread_mutex_lock(&s->wlock);
-    if (!s->wbuf) {
-        s->wbuf = malloc(WRITE_GATHER); /* without it, records go out one by one */
+    if (gather) {
+        pthread_mutex_lock(&s->glock);
+        s->gathering = true;
+        pthread_mutex_unlock(&s->glock);
     }
-    s->gathering = s->wbuf != NULL;
-    s->gatherer = pthread_self();
-    pthread_mutex_unlock(&s->wlock);
     r = send_records(s, iov, iovcnt);
-    pthread_mutex_lock(&s->wlock);
-    s->gathering = false;
-    if (r < 0) {
-        s->wlen = 0;
-    } else {
-        flushed = flush_gathered(s);
+    if (gather) {
+        pthread_mutex_lock(&s->glock);
+        s->gathering = false;
+        pthread_mutex_unlock(&s->glock);
     }
-    pthread_mutex_unlock(&s->wlock);
-    return r < 0 ? r : flushed < 0 ? nbd_tls_why_record(s, GNUTLS_E_PUSH_ERROR, true) : 0;
+    if (r == 0 && s->shared) {
+        r = drain_for_send(s);
+    }
+    return r;
 }
 
-bool nbd_tls_pending(struct nbd_tls_session *s)
+static ssize_t bye_call(gnutls_session_t s, void *buf, size_t len)
 {
-    return s->rpos < s->rlen || gnutls_record_check_pending(s->s) > 0;
+    (void)buf, (void)len;
+    return gnutls_bye(s, GNUTLS_SHUT_WR);
 }
 
 void nbd_tls_bye(struct nbd_tls_session *s)
@@ -550,7 +692,9 @@ void nbd_tls_bye(struct nbd_tls_session *s)
         /* close_notify is a courtesy: a peer that reads nothing must not
          * hold the closing thread, so the send gets a second at most. */
         s->deadline_ns = clock_ns() + BYE_LIMIT_NS;
-        (void)gnutls_bye(s->s, GNUTLS_SHUT_WR);
+        if (record_call(s, true, bye_call, NULL, 0) >= 0 && s->shared) {
+            (void)queue_drain(s);
+        }
     }
 }
 
@@ -559,7 +703,7 @@ void nbd_tls_session_close(struct nbd_tls_session *s)
     if (s) {
         nbd_tls_bye(s);
         gnutls_deinit(s->s);
-        pthread_mutex_destroy(&s->wlock);
+        pthread_mutex_destroy(&s->glock);
         free(s->rbuf);
         free(s->wbuf);
         free(s);

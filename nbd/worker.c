@@ -21,9 +21,9 @@
  * reply that cannot be sent at once (nbd_conn_try_send says -EAGAIN, and
  * nbd_send_keeping_read_side hands over before it waits), because a
  * client that pipelines writes may read replies only after it has sent
- * them all.  Over TLS a reply is tried only when it fits one record, as
- * GnuTLS cannot stop halfway through one; so a read whose reply may be
- * longer (nbd_reply_may_be_tried) hands over before it runs.
+ * them all.  Over TLS a reply is tried only when it fits one record (a
+ * try encrypts one record at most); so a read whose reply may be longer
+ * (nbd_reply_may_be_tried) hands over before it runs.
  *
  * The connection's locks, in the order they are taken:
  *   read_lock   the read side: held to read a request, and through the
@@ -34,7 +34,9 @@
  *               explained at nbd_send_keeping_read_side);
  *   c->lock     the worker count (nthreads and the idle condition); under
  *               it only nbd_thread_reserve, which is atomic (limits.c).
- * No lock is taken while holding write_lock or c->lock.  A worker thread
+ * No lock is taken while holding write_lock or c->lock, but for a TLS
+ * session's glock, held for one GnuTLS call at a time with nothing taken
+ * under it (tls-session.c).  A worker thread
  * is created (nbd_maybe_spawn) holding read_lock and no other lock, so a
  * reply never waits for a thread to start.  With at most read_lock held
  * a request takes the block layer's locks, and srv->faillog_lock for a
