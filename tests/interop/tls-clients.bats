@@ -4,7 +4,8 @@
 # qemu-nbd, with X.509 and PSK, credentials in the URI or as options; a
 # clean goodbye inside TLS; certificate names over TCP; a good client
 # with requests in flight while others send garbage instead of a TLS
-# handshake; the per-connection log lines of a TLS client.
+# handshake; TLS 1.3 key updates from a client (gnutlsku.py) while
+# replies stream; the per-connection log lines of a TLS client.
 # (tls.bats covers the server's STARTTLS rules, verify-peer, authz and
 # credential checks with nbdinfo, nbdsh, qemu and raw clients.)
 # Every certificate and key is made by the test, in its own directory.
@@ -494,6 +495,87 @@ EOF
     grep -q "TLS: handshake failed" "$SERVER_LOG"
     grep -q "data after NBD_OPT_STARTTLS" "$SERVER_LOG"
     grep -q "dropped during the handshake: time limit reached" "$SERVER_LOG"
+}
+
+@test "TLS 1.3 key updates from the client while replies stream: every reply intact" {
+    # A client's key update switched the session's keys in the server's
+    # reading thread while another thread encrypted a reply, and the
+    # client could not decrypt what followed.  Six key updates (GnuTLS
+    # takes one a second), half of them while the socket is full of
+    # unread replies, half while the replies stream; 48 requests in flight
+    # each time: no more than the server's 16 workers and what the socket
+    # holds, or a client that reads no reply until it has sent them all
+    # could block.
+    make_pattern "$TEST_DIR/a.img" 8388608
+    start_server -t -e 0 -f raw --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+
+    run py "$SOCK" "$TEST_DIR/a.img" "$CLI_PKI" <<'EOF'
+import random
+import sys
+import time
+import nbd
+import nbdraw as n
+import gnutlsku
+
+sock, path, pki = sys.argv[1:4]
+data = bytearray(open(path, "rb").read())
+half = len(data) // 2
+c = n.connect(sock)
+c.greeting()
+c.send_client_flags()
+rtype, _ = c.option(n.OPT_STARTTLS)
+assert rtype == n.REP_ACK, "%#x" % rtype
+c.sock = gnutlsku.Session(c.sock, pki)
+assert c.sock.is_tls13(), "TLS 1.3 was not negotiated"
+assert c.go(b"") == n.REP_ACK
+rng = random.Random(7)
+for rnd in range(6):
+    if rnd:
+        time.sleep(1.1)  # GnuTLS takes one key update a second
+    # even rounds: the key update comes while the socket is full of
+    # replies; odd rounds: while they stream to us
+    full = rnd % 2 == 0
+    pending = {}
+    # reads of the first half, 4 KiB writes into the second (distinct offsets)
+    write_offs = iter(rng.sample(range(half, len(data), 4096), 6))
+    for i in range(48):
+        if full and i == 24:
+            c.sock.key_update()
+        if i % 8 == 7:
+            off, buf = next(write_offs), rng.randbytes(4096)
+            data[off:off + 4096] = buf
+            pending[c.send_request(n.CMD_WRITE, off, 4096, payload=buf)] = ("w", off, 4096)
+        else:
+            size = rng.choice((4096, 65536, 262144, 262144))
+            off = rng.randrange(0, (half - size) // 4096) * 4096
+            pending[c.send_request(n.CMD_READ, off, size)] = ("r", off, size)
+    for i in range(len(pending)):
+        if not full and i == 8:
+            c.sock.key_update()
+        r = c.reply()
+        kind, off, size = pending.pop(r.cookie)
+        assert r.error == 0, (rnd, kind, off, r)
+        if kind == "r" and r.data != data[off:off + size]:
+            raise AssertionError("round %d: read at %d+%d differs" % (rnd, off, size))
+for off in range(half, len(data), 262144):
+    r = c.read(off, 262144)
+    assert r.error == 0 and r.data == data[off:off + 262144], "written data at %d" % off
+c.disconnect()
+c.close()
+# the server serves on
+h = nbd.NBD()
+h.set_tls(nbd.TLS_REQUIRE)
+h.set_tls_certificates(pki)
+h.connect_unix(sock)
+assert h.pread(4096, 0) == data[:4096]
+h.shutdown()
+EOF
+    assert_success
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    # no connection ended with an error
+    [[ $(log_lines | grep -c "closed export") -eq 2 ]]
+    ! log_lines | grep -i -e error -e failed -e warning
 }
 
 # --- logs ----------------------------------------------------------------------
