@@ -500,12 +500,12 @@ EOF
 @test "TLS 1.3 key updates from the client while replies stream: every reply intact" {
     # A client's key update switched the session's keys in the server's
     # reading thread while another thread encrypted a reply, and the
-    # client could not decrypt what followed.  Six key updates (GnuTLS
-    # takes one a second), half of them while the socket is full of
-    # unread replies, half while the replies stream; 48 requests in flight
-    # each time: no more than the server's 16 workers and what the socket
-    # holds, or a client that reads no reply until it has sent them all
-    # could block.
+    # client could not decrypt what followed.  Six key updates, a second
+    # apart (older GnuTLS takes one a second), half of them while the
+    # socket is full of unread replies, half while the replies stream; 48
+    # requests in flight each time: no more than the server's 16 workers
+    # and what the socket holds, or a client that reads no reply until it
+    # has sent them all could block.
     make_pattern "$TEST_DIR/a.img" 8388608
     start_server -t -e 0 -f raw --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
 
@@ -531,7 +531,7 @@ assert c.go(b"") == n.REP_ACK
 rng = random.Random(7)
 for rnd in range(6):
     if rnd:
-        time.sleep(1.1)  # GnuTLS takes one key update a second
+        time.sleep(1.1)  # older GnuTLS takes one key update a second
     # even rounds: the key update comes while the socket is full of
     # replies; odd rounds: while they stream to us
     full = rnd % 2 == 0
