@@ -6,8 +6,9 @@
 # with requests in flight while others send garbage instead of a TLS
 # handshake; TLS 1.3 key updates from a client (gnutlsku.py) while
 # replies stream; the per-connection log lines of a TLS client.
-# (tls.bats covers the server's STARTTLS rules, verify-peer, authz and
-# credential checks with nbdinfo, nbdsh, qemu and raw clients.)
+# (tls.bats covers the server's STARTTLS rules, verify-peer and authz
+# with nbdinfo, nbdsh, qemu and raw clients; tls-creds.bats the
+# credential checks.)
 # Every certificate and key is made by the test, in its own directory.
 
 load '../helpers'

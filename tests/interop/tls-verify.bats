@@ -8,7 +8,8 @@
 # qemu-nbd and nbdkit, which send none, guesses the cause.  And the
 # handshake limit covers TLS: a client that stalls inside a TLS record or
 # stops reading after STARTTLS is dropped, and frees its slot.
-# (tls.bats: STARTTLS rules, modes, authz, credential checks;
+# (tls.bats: STARTTLS rules, modes, authz; tls-creds.bats: credential
+# checks;
 # tls-clients.bats: our client against every server.)
 
 load '../helpers'
