@@ -94,10 +94,14 @@ static int allocate_locked(struct vdi_state *s, uint32_t b, uint64_t in, const s
     }
     uint64_t start = s->hdr.off_data + (uint64_t)idx * s->stride;
     uint64_t end = start + s->stride;
-    if (start < s->file_end) {
-        /* Bytes an allocation cut short by a crash left there: the new
-         * block reads as zeroes around what is written now. */
-        r = blk_pwrite_zeroes(s->file, start, MIN(end, s->file_end) - start, 0);
+    /* Bytes an allocation cut short by a crash left there: the new block
+     * reads as zeroes around what is written now.  A file whose length
+     * cannot change (an NBD export) is not extended below: zeroing the
+     * whole block first refuses one that does not fit (out of space, in
+     * the generic layer) before anything is written. */
+    uint64_t zero_end = blk_can_resize(s->file) ? MIN(end, s->file_end) : end;
+    if (start < zero_end) {
+        r = blk_pwrite_zeroes(s->file, start, zero_end - start, 0);
         if (r < 0) {
             return r;
         }

@@ -183,8 +183,12 @@ static int vdi_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (r < 0) {
         goto fail;
     }
-    if (!opts->read_only) {
-        n->file->growable = true; /* blocks are appended */
+    /* Blocks are appended, but not to a file whose length cannot change
+     * (an NBD export): a block past its end fails in the generic layer,
+     * out of space (alloc.c), instead of reaching the server.  A read-only
+     * open reads nothing past the end (read_data gives zeroes there). */
+    if (!opts->read_only && blk_can_resize(n->file)) {
+        n->file->growable = true;
     }
     n->supported_write_flags = 0; /* FUA: write, then flush of this node */
     n->supported_zero_flags = BLK_REQ_MAY_UNMAP | BLK_REQ_NO_FALLBACK;

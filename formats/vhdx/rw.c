@@ -107,7 +107,10 @@ static int write_new_block(struct vhdx_state *s, uint64_t b, uint64_t in, const 
         r = (int)flen;
     }
     uint64_t host = ROUND_UP(MAX(s->file_end, (uint64_t)flen), (uint64_t)VHDX_ALIGN);
-    if (r == 0) {
+    /* A file whose length cannot change (an NBD export) is not extended:
+     * the write below, past its end, fails in the generic layer, out of
+     * space, before the BAT points at the block. */
+    if (r == 0 && blk_can_resize(s->file)) {
         r = blk_truncate(s->file, host + s->p.block_size);
     }
     if (r == 0) {

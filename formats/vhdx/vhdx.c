@@ -54,7 +54,12 @@ static int vhdx_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = err_set(ENOMEM, "vhdx: file name");
         goto fail;
     }
-    n->file->growable = true; /* blocks are appended */
+    /* Blocks are appended, but not to a file whose length cannot change
+     * (an NBD export): a block past its end fails in the generic layer,
+     * out of space, instead of reaching the server.  A read-only open
+     * keeps it growable, as qcow2's does, though it reads nothing past the
+     * end: open refuses a BAT entry whose block is not in the file. */
+    n->file->growable = opts->read_only || blk_can_resize(n->file);
     r = vhdx_read_headers(s);
     if (r == 0) {
         r = vhdx_log_open(s);

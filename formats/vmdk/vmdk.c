@@ -174,8 +174,13 @@ static int vmdk_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->node = n;
     s->read_only = opts->read_only;
     pthread_mutex_init(&s->lock, NULL);
-    if (!opts->read_only) {
-        n->file->growable = true; /* grains are appended */
+    /* Grains are appended, but not to a file whose length cannot change
+     * (an NBD export): a grain past its end fails in the generic layer,
+     * out of space, instead of reaching the server.  A read-only open
+     * reads nothing past the end (what a short file lacks reads as
+     * zeroes here). */
+    if (!opts->read_only && blk_can_resize(n->file)) {
+        n->file->growable = true;
     }
     r = blk_pread(n->file, 0, magic, (uint64_t)MIN(flen, 4));
     if (r == 0) {

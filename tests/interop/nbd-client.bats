@@ -5,8 +5,8 @@
 # sockets and TCP on 127.0.0.1 and [::1], multi-conn only when advertised,
 # block size constraints, servers lacking WRITE_ZEROES/FUA/block status,
 # qcow2 inside an export; clear errors for refused exports, TLS-required
-# servers, servers that die mid-transfer and a qcow2 that outgrows its
-# export.
+# servers, servers that die mid-transfer and images (qcow2, vdi, vpc,
+# vmdk, vhdx) that outgrow their export.
 
 load '../helpers'
 load 'lib'
@@ -501,27 +501,61 @@ kill_peer_midway() {
     range_is "$TEST_DIR/e.raw" 0 $MiB 00
 }
 
-@test "qcow2 inside a fixed-length export: writing past its end fails with one line, no space left" {
-    # An export cannot grow (nbdkit memory, diskimg serve of a raw file):
-    # the qcow2 clusters that do not fit are refused before they are sent,
-    # and the image keeps no leaked cluster.
+# outgrow_export FMT EXPORT_SIZE DATA_SIZE...: an empty 8 MiB FMT image
+# copied into an export of EXPORT_SIZE bytes, on nbdkit memory and on
+# diskimg serve (neither can grow); converting DATA_SIZE bytes into it
+# needs more than the export holds.  Each convert fails with one line,
+# no space left, its parts refused before they are sent, and the image
+# stays sound (check where FMT has one, info otherwise).
+outgrow_export() {
+    local fmt=$1 esize=$2 uri dsize
+    shift 2
     require_tool nbdkit
-    "$DISKIMG" create -f qcow2 "$TEST_DIR/a.qcow2" 8M >/dev/null
-    head -c $((2 * MiB)) /dev/urandom >"$TEST_DIR/src.raw"
-    truncate -s 1M "$TEST_DIR/e.raw"
-    start_nbdkit "$TEST_DIR/k.sock" memory 1M
+    "$DISKIMG" create -f "$fmt" "$TEST_DIR/a.$fmt" 8M >/dev/null
+    truncate -s "$esize" "$TEST_DIR/e.raw"
+    start_nbdkit "$TEST_DIR/k.sock" memory "$esize"
     start_server -t -f raw "$TEST_DIR/e.raw"
-    local uri
     for uri in "$(unix_uri "$TEST_DIR/k.sock")" "$(unix_uri "$SOCK")"; do
-        "$DISKIMG" convert -f raw -O raw "$TEST_DIR/a.qcow2" "$uri"
-        run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O qcow2 "$TEST_DIR/src.raw" "$uri"
-        assert_failure 1
-        [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 &&
-            "$stderr" == "diskimg: $uri: no space left: writing "*" needs more than its 1048576 bytes, and its length cannot change (nbd)" ]] || {
-            echo "unclear: $stderr" >&2
-            return 1
-        }
-        run "$DISKIMG" check -f qcow2 "$uri"
+        "$DISKIMG" convert -f raw -O raw "$TEST_DIR/a.$fmt" "$uri"
+        for dsize in "$@"; do
+            head -c "$dsize" /dev/urandom >"$TEST_DIR/src.raw"
+            run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O "$fmt" "$TEST_DIR/src.raw" "$uri"
+            assert_failure 1
+            [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 &&
+                "$stderr" == "diskimg: $uri: no space left: writing "*" needs more than its $esize bytes, and its length cannot change (nbd)" ]] || {
+                echo "$fmt, $dsize bytes: unclear: $stderr" >&2
+                return 1
+            }
+        done
+        if [[ $fmt == vpc ]]; then
+            run "$DISKIMG" info -f "$fmt" "$uri" # vpc has no check
+        else
+            run "$DISKIMG" check -f "$fmt" "$uri"
+        fi
         assert_success
     done
+}
+
+@test "qcow2 inside a fixed-length export: writing past its end fails with one line, no space left" {
+    # The qcow2 clusters that do not fit are refused before they are
+    # sent, and the image keeps no leaked cluster.
+    outgrow_export qcow2 $MiB $((2 * MiB))
+}
+
+@test "vdi inside a fixed-length export: writing past its end fails with one line, no space left" {
+    # 4 KiB: the write fits in the export, the block it allocates does not.
+    outgrow_export vdi $MiB $((2 * MiB)) 4096
+}
+
+@test "vpc inside a fixed-length export: writing past its end fails with one line, no space left" {
+    outgrow_export vpc $MiB $((2 * MiB))
+}
+
+@test "vmdk inside a fixed-length export: writing past its end fails with one line, no space left" {
+    outgrow_export vmdk $MiB $((2 * MiB))
+}
+
+@test "vhdx inside a fixed-length export: writing past its end fails with one line, no space left" {
+    # An empty vhdx of 8 MiB is 8 MiB long (headers, log, metadata, BAT).
+    outgrow_export vhdx $((8 * MiB)) $((2 * MiB))
 }
