@@ -12,6 +12,7 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/url-redact.h"
 #include "driver.h"
 #include "file-lock.h"
@@ -44,10 +45,24 @@ static void creatable_formats(char *buf, size_t len)
     }
 }
 
+/* A node that is neither a regular file nor a block device (a character
+ * device, a FIFO, a socket): refused before it is opened, since opening a
+ * device can act on it, as the file driver refuses it (file-posix.c). */
+static int create_refuse_special(const char *filename, const struct stat *st)
+{
+    if (S_ISREG(st->st_mode) || S_ISBLK(st->st_mode)) {
+        return 0;
+    }
+    CLEANUP_FREE char *esc = str_escape(filename);
+    return err_setx(EINVAL, "%s is not a regular file or a block device", esc ? esc : "?");
+}
+
 /* Open (or create) the file and lock it as a writer that resizes, before
  * anything changes it; then empty it.  A file that another process uses
- * stays as it was, and one made here goes again when it cannot be locked. */
-static int create_lock_file(const char *filename, struct blk_file_lock **hold)
+ * stays as it was, and one made here goes again when it cannot be locked.
+ * *removable says whether a failure later may remove it: a regular file
+ * only, never a device node. */
+static int create_lock_file(const char *filename, struct blk_file_lock **hold, bool *removable)
 {
     const struct blk_perms perms = {
         .perm = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE | BLK_PERM_RESIZE,
@@ -58,17 +73,23 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold)
     struct stat st;
     int fd, r;
 
+    *removable = false;
+    if (stat(filename, &st) == 0 && (r = create_refuse_special(filename, &st)) < 0) {
+        return r;
+    }
     fd = open(filename, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) {
         made = false;
-        fd = open(filename, O_RDWR | O_CLOEXEC);
+        fd = open(filename, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     }
     if (fd < 0) {
         return err_set(errno, "%s", filename);
     }
-    r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
-    if (r == 0 && fstat(fd, &st) < 0) {
+    if (fstat(fd, &st) < 0) {
         r = err_set(errno, "%s: fstat", filename);
+    } else if ((r = create_refuse_special(filename, &st)) == 0) {
+        /* swapped in since the stat above: checked on the descriptor */
+        r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
     }
     if (r == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0) {
         r = err_set(errno, "%s: truncating", filename);
@@ -80,8 +101,10 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold)
         if (made) {
             unlink(filename);
         }
+        return r;
     }
-    return r;
+    *removable = S_ISREG(st.st_mode);
+    return 0;
 }
 
 /* Open the new, empty protocol node and let the format write itself
@@ -169,12 +192,13 @@ int blk_create(const struct blk_create_opts *o, char **summary)
     if (proto->create_node) {
         return create_on_protocol(drv, proto, o, summary);
     }
-    r = create_lock_file(o->filename, &hold);
+    bool removable;
+    r = create_lock_file(o->filename, &hold, &removable);
     if (r < 0) {
         return r;
     }
     r = format_new_node(drv, blk_find_driver("file"), &fo, o, summary);
-    if (r < 0) {
+    if (r < 0 && removable) {
         unlink(o->filename); /* no half-formatted image, as qemu-img does */
     }
     if (r == 0 && o->keep_lock) {
@@ -194,8 +218,12 @@ int blk_create_remove(const char *filename)
     const struct blk_driver *proto = blk_protocol_for(filename);
     int r = 0;
 
+    struct stat st;
+
     if (proto && proto->remove_node) {
         r = proto->remove_node(filename, NULL);
+    } else if (stat(filename, &st) == 0 && !S_ISREG(st.st_mode)) {
+        r = 0; /* a block device written to: the device stays */
     } else if (unlink(filename) < 0) {
         r = -errno;
     }

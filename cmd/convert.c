@@ -108,8 +108,8 @@ static void convert_usage(FILE *f)
             "\n"
             "Exit status: 0 success, 1 failure, 2 bad usage (or a malformed "
             "SOURCE_DATE_EPOCH),\n" CMD_IN_USE_HELP ", 130/143 SIGINT/SIGTERM.  A target\n"
-            "that convert created is removed when it fails; one that another process uses\n"
-            "is left alone.  See diskimg-convert(1).\n",
+            "that convert created is removed when it fails (never a device); one that\n"
+            "another process uses is left alone.  See diskimg-convert(1).\n",
             BLK_COPY_DEFAULT_IN_FLIGHT, target_names());
 }
 

@@ -5,8 +5,14 @@
 load '../helpers'
 bats_require_minimum_version 1.5.0
 
-setup() { setup_test; }
-teardown() { cleanup_test; }
+setup() {
+    setup_test
+    LOOP_DEV=
+}
+teardown() {
+    [[ -z $LOOP_DEV ]] || losetup -d "$LOOP_DEV"
+    cleanup_test
+}
 
 # same_formatting ARGS...: "diskimg create ARGS" and "qemu-img create ARGS"
 # print the same line and both succeed.  The image name is relative, so
@@ -253,4 +259,40 @@ create_fails() {
     create_fails 1 "size" -f qcow2 x.qcow2
     create_fails 1 "nothere.qcow2" -f qcow2 -b nothere.qcow2 -F qcow2 x.qcow2
     create_fails 1 "No such file or directory" -f qcow2 /nonexistent/dir/x.qcow2 1M
+}
+
+# refused_keeps_node NODE TEST CMD...: CMD fails with exit 1 and one
+# "diskimg: " line, and NODE is still what TEST (-c, -b) says.
+refused_keeps_node() {
+    local node=$1 kind=$2
+    shift 2
+    run --separate-stderr "$DISKIMG" "$@"
+    echo "$*: status $status, stderr: $stderr" >&2
+    [[ $status -eq 1 ]]
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 && $stderr == diskimg:* ]]
+    test "$kind" "$node"
+}
+
+@test "create, convert and dd never remove a device node they refuse or fail on" {
+    # They used to remove the output after a failure even when it was a
+    # device: "diskimg dd of=/dev/null" run as root deleted /dev/null.
+    if [[ $(id -u) -ne 0 ]]; then
+        ! strict_mode || return 1 # CI runs as root
+        skip "mknod and losetup need root"
+    fi
+    cd "$TEST_DIR"
+    head -c 2097152 /dev/urandom >src.img
+    mknod chr c 1 3 # a copy of /dev/null's node
+    refused_keeps_node chr -c create -f qcow2 chr 1M
+    [[ $stderr == *"chr is not a regular file or a block device"* ]]
+    refused_keeps_node chr -c convert -O raw src.img chr
+    refused_keeps_node chr -c dd -O raw if=src.img of=chr
+    # A block device too small for the image: formatting fails.  The node
+    # is our own, with the loop device's numbers.
+    truncate -s 1M loop.img
+    LOOP_DEV=$(losetup -f --show loop.img)
+    mknod blk b "$((0x$(stat -c %t "$LOOP_DEV")))" "$((0x$(stat -c %T "$LOOP_DEV")))"
+    refused_keeps_node blk -b create -f raw blk 2M
+    refused_keeps_node blk -b convert -O raw src.img blk
+    refused_keeps_node blk -b convert -O qcow2 -o preallocation=full src.img blk
 }
