@@ -94,6 +94,15 @@ tls_pki_setup() {
     export DN2_ENC="O=diskimg test,CN=client2"
 }
 
+# The hooks of the suites that load this file: the PKI once per file, an
+# image path per test.
+setup_file() { tls_pki_setup; }
+setup() {
+    setup_test
+    IMG=$TEST_DIR/a.img
+}
+teardown() { cleanup_test; }
+
 # X.509 and PSK URIs of the server on $SOCK (libnbd syntax: PSK identity
 # as the URI's user).
 x509_uri() { echo "nbds+unix:///${2:-}?socket=$SOCK&tls-certificates=$PKI/${1:-client1}"; }

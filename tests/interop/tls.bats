@@ -9,15 +9,7 @@
 
 load '../helpers'
 load 'lib'
-load 'tls-pki'
-
-setup_file() { tls_pki_setup; }
-
-setup() {
-    setup_test
-    IMG=$TEST_DIR/a.img
-}
-teardown() { cleanup_test; }
+load 'tls-pki' # and its setup_file, setup and teardown
 
 # ---------------------------------------------------------------------------
 # Real clients, X.509 and PSK
