@@ -1,13 +1,23 @@
 /* formats/vpc/write.c: guest writes.  A fixed image writes the file.  A
  * dynamic image allocates a block where the trailing footer is: under
- * s->lock, it writes the block's bitmap and the guest data, then the
- * footer at the new end of the file, and sets the BAT entry in memory;
- * the BAT sectors that changed are written at the next flush, after the
- * file is flushed, so no BAT entry on disk ever points at data that is
- * not.  A kill -9 or power loss at any point leaves an image qemu-img
- * opens (it reads the footer copy at offset 0, so a torn trailing footer
- * does not matter to it); a block written but not yet in the BAT is only
- * lost space, and what was flushed reads back.
+ * s->lock, it first writes the footer at the new end of the file, past
+ * the block, then the block's bitmap and the guest data over the old
+ * footer, and sets the BAT entry in memory; the BAT sectors that changed
+ * are written at the next flush, after the file is flushed, so no BAT
+ * entry on disk ever points at data that is not.
+ *
+ * The footer goes first because it is the write that reaches furthest:
+ * in a file whose length cannot change (an NBD export) the block does not
+ * fit (it starts at the trailing footer, or past the end when that is
+ * missing), and its footer is refused, out of space, before anything is
+ * written; with the bitmap first, an image that fills its export exactly
+ * lost its trailing footer to it.  After a kill -9 the trailing footer is
+ * the old one, intact, or the new one; after a power loss the writes may
+ * have landed in any order, and an image whose old footer was overwritten
+ * and whose new one is missing still opens through the copy at offset 0,
+ * which the VHD spec keeps for this (qemu reads only that one; our open
+ * then puts new blocks past everything).  Either way a block that no BAT
+ * entry on disk points at is only lost space.
  *
  * Bitmaps: a new block gets the bits of the sectors written (all ones
  * when the write covers the block, as qemu's), later writes set theirs.
@@ -77,6 +87,29 @@ static int mark_written_locked(struct vpc_state *s, uint32_t i, uint64_t first, 
     return 0;
 }
 
+/* With s->lock held: the bitmap and len guest bytes at in_block of a new
+ * block at host offset block, bm its bitmap. */
+static int write_new_block_locked(struct vpc_state *s, uint64_t block, const uint8_t *bm,
+                                  uint64_t in_block, const struct iovec *iov, int iovcnt,
+                                  uint64_t len)
+{
+    int r;
+
+    if (in_block == 0) {
+        struct iovec all[IOV_LOCAL + 1] = {{(void *)bm, s->bitmap_size}};
+        int k = iov_slice(iov, iovcnt, 0, len, all + 1, IOV_LOCAL);
+        if (k < 0) {
+            return err_setx(EINVAL, "vpc: write with too many iovec elements");
+        }
+        return blk_pwritev(s->file, block, all, k + 1, 0);
+    }
+    r = blk_pwrite(s->file, block, bm, s->bitmap_size, 0);
+    if (r == 0) {
+        r = blk_pwritev(s->file, block + s->bitmap_size + in_block, iov, iovcnt, 0);
+    }
+    return r;
+}
+
 /* With s->lock held: give block i a place at the end of the file and
  * write len guest bytes at in_block into it (see the top comment). */
 static int allocate_locked(struct vpc_state *s, uint32_t i, uint64_t in_block,
@@ -103,24 +136,13 @@ static int allocate_locked(struct vpc_state *s, uint32_t i, uint64_t in_block,
     } else {
         set_bits(bm, first, last);
     }
-    /* From here the space is used, whatever fails: never hand it out twice. */
+    r = blk_pwrite(s->file, end, s->footer_buf, VPC_FOOTER_SIZE, 0);
+    if (r < 0) {
+        return r; /* nothing written: the footer and free_off stay */
+    }
+    /* The footer has moved: the space is used, whatever fails now. */
     s->free_off = end;
-    if (in_block == 0) {
-        struct iovec all[IOV_LOCAL + 1] = {{bm, s->bitmap_size}};
-        int k = iov_slice(iov, iovcnt, 0, len, all + 1, IOV_LOCAL);
-        if (k < 0) {
-            return err_setx(EINVAL, "vpc: write with too many iovec elements");
-        }
-        r = blk_pwritev(s->file, block, all, k + 1, 0);
-    } else {
-        r = blk_pwrite(s->file, block, bm, s->bitmap_size, 0);
-        if (r == 0) {
-            r = blk_pwritev(s->file, block + s->bitmap_size + in_block, iov, iovcnt, 0);
-        }
-    }
-    if (r == 0) {
-        r = blk_pwrite(s->file, end, s->footer_buf, VPC_FOOTER_SIZE, 0);
-    }
+    r = write_new_block_locked(s, block, bm, in_block, iov, iovcnt, len);
     if (r < 0) {
         return r;
     }

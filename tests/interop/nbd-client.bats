@@ -6,7 +6,8 @@
 # block size constraints, servers lacking WRITE_ZEROES/FUA/block status,
 # qcow2 inside an export; clear errors for refused exports, TLS-required
 # servers, servers that die mid-transfer and images (qcow2, vdi, vpc,
-# vmdk, vhdx) that outgrow their export.
+# vmdk, vhdx) that outgrow their export (a vpc that fills it exactly
+# keeps its trailing footer).
 
 load '../helpers'
 load 'lib'
@@ -501,6 +502,17 @@ kill_peer_midway() {
     range_is "$TEST_DIR/e.raw" 0 $MiB 00
 }
 
+# refused_no_space URI EXPORT_SIZE WHAT: the command just run failed with
+# exit 1 and one line, no space left in the export at URI.
+refused_no_space() {
+    assert_failure 1
+    [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 &&
+        "$stderr" == "diskimg: $1: no space left: writing "*" needs more than its $2 bytes, and its length cannot change (nbd)" ]] || {
+        echo "$3: unclear: $stderr" >&2
+        return 1
+    }
+}
+
 # outgrow_export FMT EXPORT_SIZE DATA_SIZE...: an empty 8 MiB FMT image
 # copied into an export of EXPORT_SIZE bytes, on nbdkit memory and on
 # diskimg serve (neither can grow); converting DATA_SIZE bytes into it
@@ -520,12 +532,7 @@ outgrow_export() {
         for dsize in "$@"; do
             head -c "$dsize" /dev/urandom >"$TEST_DIR/src.raw"
             run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O "$fmt" "$TEST_DIR/src.raw" "$uri"
-            assert_failure 1
-            [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 &&
-                "$stderr" == "diskimg: $uri: no space left: writing "*" needs more than its $esize bytes, and its length cannot change (nbd)" ]] || {
-                echo "$fmt, $dsize bytes: unclear: $stderr" >&2
-                return 1
-            }
+            refused_no_space "$uri" "$esize" "$fmt, $dsize bytes"
         done
         if [[ $fmt == vpc ]]; then
             run "$DISKIMG" info -f "$fmt" "$uri" # vpc has no check
@@ -549,6 +556,30 @@ outgrow_export() {
 
 @test "vpc inside a fixed-length export: writing past its end fails with one line, no space left" {
     outgrow_export vpc $MiB $((2 * MiB))
+}
+
+@test "vpc that fills its export exactly: a refused block writes nothing, the trailing footer stays" {
+    # The write starts inside its block (after a 4 KiB hole).  The new
+    # footer, past the block, is written first and refused; the old code
+    # wrote the block's bitmap first, over the trailing footer.
+    require_tool nbdkit qemu-img
+    local uri esize
+    "$DISKIMG" create -f vpc "$TEST_DIR/a.vpc" 8M >/dev/null
+    esize=$(stat -c %s "$TEST_DIR/a.vpc")
+    truncate -s "$esize" "$TEST_DIR/e.raw"
+    start_nbdkit "$TEST_DIR/k.sock" memory "$esize"
+    start_server -t -f raw "$TEST_DIR/e.raw"
+    truncate -s 4096 "$TEST_DIR/src.raw"
+    head -c 4096 /dev/urandom >>"$TEST_DIR/src.raw"
+    for uri in "$(unix_uri "$TEST_DIR/k.sock")" "$(unix_uri "$SOCK")"; do
+        "$DISKIMG" convert -f raw -O raw "$TEST_DIR/a.vpc" "$uri"
+        run --separate-stderr timeout 60 "$DISKIMG" convert -f raw -O vpc "$TEST_DIR/src.raw" "$uri"
+        refused_no_space "$uri" "$esize" "vpc, a write inside a new block"
+        "$DISKIMG" convert -f raw -O raw "$uri" "$TEST_DIR/back.raw"
+        cmp "$TEST_DIR/a.vpc" "$TEST_DIR/back.raw"
+        run qemu-img info -f vpc "$uri"
+        assert_success
+    done
 }
 
 @test "vmdk inside a fixed-length export: writing past its end fails with one line, no space left" {
