@@ -498,6 +498,15 @@ static void inflight_remove_locked(struct vmdk_extent *e, uint64_t first)
     pthread_cond_broadcast(&e->alloc_done);
 }
 
+void vmdk_sparse_alloc_done_locked(struct vmdk_extent *e, uint64_t host, uint64_t len, bool written)
+{
+    if (written) {
+        e->file_len = MAX(e->file_len, host + len);
+    } else if (e->next_alloc == host + len) {
+        e->next_alloc = host; /* no allocation came after: no gap is left */
+    }
+}
+
 /* The first and last of new grains [first, first+count), when the
  * write covers them partly, keep what the parent has for the rest
  * (unallocated grains only: a zeroed grain stays zeroes). */
@@ -542,12 +551,10 @@ static int write_new_grains(struct vmdk_state *s, struct vmdk_extent *e, uint64_
         free(tmp);
     }
     pthread_mutex_lock(&s->lock);
+    vmdk_sparse_alloc_done_locked(e, host, span, r == 0);
     for (uint64_t i = 0; r == 0 && i < count; i++) {
         r = vmdk_sparse_set_gte_locked(e, first + i,
                                        (uint32_t)((host + i * e->grain) / VMDK_SECTOR));
-    }
-    if (host + span > e->file_len) {
-        e->file_len = host + span;
     }
     inflight_remove_locked(e, first);
     pthread_mutex_unlock(&s->lock);

@@ -174,11 +174,9 @@ static int append_grain(struct vmdk_state *s, uint64_t grain, const void *data, 
     };
     r = blk_pwritev(e->file, host, iov, iov[2].iov_len ? 3 : 2, 0);
     pthread_mutex_lock(&s->lock);
+    vmdk_sparse_alloc_done_locked(e, host, total, r == 0);
     if (r == 0) {
         r = vmdk_sparse_set_gte_locked(e, grain, (uint32_t)(host / VMDK_SECTOR));
-    }
-    if (host + total > e->file_len) {
-        e->file_len = host + total;
     }
     s->stream_dirty = true;
     pthread_mutex_unlock(&s->lock);

@@ -125,7 +125,7 @@ struct vmdk_extent {
     uint64_t overhead;  /* bytes */
     uint64_t desc_off, desc_len;
     bool compressed, markers, zeroed_grain;
-    uint64_t file_len;   /* at open; grows as grains are appended */
+    uint64_t file_len;   /* at open; grows as appended grains are written */
     uint64_t next_alloc; /* where the next grain goes */
     struct vmdk_gt_cache cache;
     uint64_t inflight[VMDK_MAX_INFLIGHT];
@@ -185,6 +185,13 @@ int vmdk_sparse_no_gt_error(struct vmdk_extent *e, uint64_t grain);
 int vmdk_sparse_get_gte_locked(struct vmdk_extent *e, uint64_t grain, uint32_t *value);
 int vmdk_inflate_grain(struct vmdk_extent *e, uint64_t marker_off, uint64_t grain_index,
                        uint8_t *out, uint64_t out_len);
+/* The append of [host, host+len) is over (e->next_alloc was moved past
+ * it when it began): written, the file holds it; refused or failed, its
+ * space is given back unless another append took the space after it
+ * (then it stays a hole nothing points at).  A refused append past the
+ * end of a file that cannot grow must not leave later ones a gap. */
+void vmdk_sparse_alloc_done_locked(struct vmdk_extent *e, uint64_t host, uint64_t len,
+                                   bool written);
 /* The byte after the last grain stored (its marker and data). */
 int vmdk_sparse_data_end_locked(struct vmdk_extent *e, uint64_t *end);
 

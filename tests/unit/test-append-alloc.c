@@ -1,9 +1,10 @@
-/* tests/unit/test-append-alloc.c: vpc, which appends new blocks at the
- * end of its file, over the recording driver, when the file refuses an
- * append: past the end of a file whose length cannot change (rec-fixed,
- * as an NBD export), or past a limit (rec with rec_fail_writes_from, as a
- * full disk).  A refused append writes nothing (not over the trailing
- * footer), and the next append that fits goes in its place, with no gap. */
+/* tests/unit/test-append-alloc.c: vpc and vmdk, which append new blocks
+ * (grains) at the end of their file, over the recording driver, when the
+ * file refuses an append: past the end of a file whose length cannot
+ * change (rec-fixed, as an NBD export), or past a limit (rec with
+ * rec_fail_writes_from, as a full disk).  A refused append writes nothing
+ * that matters (vpc: not over its trailing footer), and gives its place
+ * back, so the next append that fits goes there, with no gap. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +21,14 @@ CHECK_GLOBALS
 #define KiB 1024u
 #define MiB (1024u * 1024u)
 #define VPC_BLOCK (2 * MiB) /* the default block size */
+#define GRAIN (64 * KiB)    /* vmdk's default */
 
 struct bytes {
     uint8_t *data;
     uint64_t len;
 };
 
-static struct bytes vpc_image;
+static struct bytes vpc_image, vmdk_image, stream_image;
 
 /* A fresh 8 MiB image of FORMAT (-o OPTIONS), as bytes. */
 static int make_image(const char *format, const char *options, struct bytes *out)
@@ -159,14 +161,126 @@ static void test_vpc_full_disk(void)
     free(f.data);
 }
 
+static void check_clean(struct blk_image *img)
+{
+    struct blk_check_result res;
+
+    CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
+    CHECK_EQ(res.corruptions, 0);
+    CHECK_EQ(res.check_errors, 0);
+}
+
+/* monolithicSparse on a full disk: a two-grain append is refused; the
+ * one-grain write after it fits and goes where the refused one would
+ * have gone (the old code moved the end past the refused grains, so the
+ * next append was refused too). */
+static void test_vmdk_full_disk(void)
+{
+    struct blk_image *img = open_on(&vmdk_image, "vmdk", "rec");
+    static uint8_t data[2 * GRAIN], back[2 * GRAIN];
+
+    if (!img) {
+        return;
+    }
+    memset(data, 0x5a, sizeof data);
+    rec_fail_writes_from = vmdk_image.len + GRAIN;
+    CHECK_EQ(blk_image_pwrite(img, 0, data, 2 * GRAIN, 0), -EIO);
+    CHECK_EQ(blk_image_pwrite(img, MiB, data, GRAIN, 0), 0);
+    rec_fail_writes_from = 0;
+    CHECK_EQ(file_length(img), vmdk_image.len + GRAIN);
+    CHECK_EQ(blk_image_pread(img, MiB, back, GRAIN), 0);
+    CHECK(memcmp(back, data, GRAIN) == 0);
+    CHECK_EQ(blk_image_pread(img, 0, back, sizeof back), 0);
+    CHECK(all_bytes(back, sizeof back, 0));
+    check_clean(img);
+    CHECK_EQ(blk_image_flush(img), 0);
+    struct bytes f = file_bytes(img);
+    CHECK_EQ(blk_image_close(img), 0);
+    img = f.data ? open_on(&f, "vmdk", "rec") : NULL;
+    if (img) {
+        CHECK_EQ(blk_image_pread(img, MiB, back, GRAIN), 0);
+        CHECK(memcmp(back, data, GRAIN) == 0);
+        check_clean(img);
+        CHECK_EQ(blk_image_close(img), 0);
+    }
+    free(f.data);
+}
+
+/* The last write the driver sent to its file. */
+static struct rec_call last_write(void)
+{
+    for (unsigned i = rec_ncalls; i-- > 0;) {
+        if (rec_calls[i].op == REC_WRITE) {
+            return rec_calls[i];
+        }
+    }
+    return (struct rec_call){.op = REC_READ, .off = UINT64_MAX};
+}
+
+/* Compress a grain of byte v and append it at guest offset off. */
+static int append_grain(struct blk_image *img, uint64_t off, uint8_t v)
+{
+    static uint8_t in[GRAIN], out[2 * GRAIN];
+    size_t clen = 0;
+    int r;
+
+    memset(in, v, sizeof in);
+    r = blk_image_compress(img, in, sizeof in, out, sizeof out, &clen);
+    return r < 0 ? r : blk_image_pwrite_compressed(img, off, sizeof in, out, clen);
+}
+
+/* streamOptimized: a refused append of a compressed grain gives its
+ * place back; the same grain appended again goes there, and the image
+ * reads back after close. */
+static void test_vmdk_stream_full_disk(void)
+{
+    struct blk_image *img = open_on(&stream_image, "vmdk", "rec");
+    static uint8_t back[GRAIN];
+
+    if (!img) {
+        return;
+    }
+    rec_reset();
+    CHECK_EQ(append_grain(img, 0, 0x11), 0);
+    struct rec_call first = last_write(); /* marker, data, padding */
+    uint64_t next = first.off + first.len;
+    CHECK(first.op == REC_WRITE && first.len > 0);
+    rec_fail_writes_from = next + 1;
+    rec_reset();
+    CHECK_EQ(append_grain(img, GRAIN, 0x22), -EIO);
+    CHECK_EQ(last_write().off, next);
+    rec_fail_writes_from = 0;
+    rec_reset();
+    CHECK_EQ(append_grain(img, GRAIN, 0x22), 0);
+    CHECK_EQ(last_write().off, next);
+    CHECK_EQ(blk_image_flush(img), 0);
+    struct bytes f = file_bytes(img);
+    CHECK_EQ(blk_image_close(img), 0);
+    img = f.data ? open_on(&f, "vmdk", "rec") : NULL;
+    if (img) {
+        CHECK_EQ(blk_image_pread(img, 0, back, GRAIN), 0);
+        CHECK(all_bytes(back, GRAIN, 0x11));
+        CHECK_EQ(blk_image_pread(img, GRAIN, back, GRAIN), 0);
+        CHECK(all_bytes(back, GRAIN, 0x22));
+        check_clean(img);
+        CHECK_EQ(blk_image_close(img), 0);
+    }
+    free(f.data);
+}
+
 int main(void)
 {
-    if (make_image("vpc", NULL, &vpc_image) < 0) {
+    if (make_image("vpc", NULL, &vpc_image) < 0 || make_image("vmdk", NULL, &vmdk_image) < 0 ||
+        make_image("vmdk", "subformat=streamOptimized", &stream_image) < 0) {
         fprintf(stderr, "cannot create the images\n");
         return 1;
     }
     RUN(test_vpc_fills_fixed_file);
     RUN(test_vpc_full_disk);
+    RUN(test_vmdk_full_disk);
+    RUN(test_vmdk_stream_full_disk);
     free(vpc_image.data);
+    free(vmdk_image.data);
+    free(stream_image.data);
     return check_exit();
 }
