@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "escape.h"
 
 #define ERR_MSG_MAX 1024
 #define ERR_ELLIPSIS " [...] "
@@ -46,17 +47,15 @@ static void err_store(const char *head, const char *sep, const char *tail)
     memcpy(err_buf + keep_head + el, whole + from, len - from + 1);
 }
 
-/* A message is one line that is safe on a terminal.  Strings from images
- * and peers are escaped where they are quoted (common/escape.h); this
- * catches any that were not, so that no control character reaches a
- * terminal or a log as it is. */
+/* A message is one line that is safe on a terminal and in a log.
+ * Strings from images and peers are escaped where they are quoted
+ * (common/escape.h); this catches any that were not: C0 and C1 controls,
+ * DEL and every byte of invalid UTF-8 become '?', valid UTF-8 and text
+ * already escaped stay as they are.  In place and length-preserving, so
+ * it runs after err_store's cut and again over a prefixed message. */
 static void err_neutralise(void)
 {
-    for (char *p = err_buf; *p; p++) {
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            *p = '?';
-        }
-    }
+    str_neutralise(err_buf);
 }
 
 static void err_vformat(int errnum, bool with_strerror, const char *fmt, va_list ap)

@@ -5,7 +5,12 @@
  * object and the cause; cmd/ prints it once, the NBD server logs it.  The
  * message is thread-local: an NBD request runs on one thread from start to
  * reply, so the message belongs to that request.  Middle layers pass the
- * return value through and leave the message alone. */
+ * return value through and leave the message alone.
+ *
+ * A stored message prints safely as it is: one line, no C0 or C1 control,
+ * DEL or invalid UTF-8 byte (each becomes '?', see str_neutralise in
+ * escape.h), whatever a caller quoted into it.  Quote names from images
+ * and peers with str_escape all the same, so the user sees their bytes. */
 #ifndef DISKIMG_COMMON_ERROR_H
 #define DISKIMG_COMMON_ERROR_H
 

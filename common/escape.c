@@ -90,6 +90,20 @@ char *str_escape(const char *s)
     return out;
 }
 
+void str_neutralise(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+
+    while (*p) {
+        size_t n = *p == '\\' ? 1 : printable_seq(p);
+        if (n == 0) {
+            *p++ = '?'; /* the next byte is judged on its own */
+        } else {
+            p += n;
+        }
+    }
+}
+
 int str_is_printable(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "escape.h"
 #include "log.h"
 
 int log_verbosity;
@@ -42,12 +43,10 @@ static void log_vline(int prio, bool named, const char *head, const char *fmt, v
     vsnprintf(msg, sizeof msg, fmt, ap);
     /* Peer and image strings are escaped where they are quoted; this
      * catches any that were not, so no log line can be forged or carry
-     * terminal escapes (as err_neutralise does for error messages). */
-    for (char *p = msg; *p; p++) {
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            *p = '?';
-        }
-    }
+     * terminal escapes: controls (C0, DEL, C1) and invalid UTF-8 bytes,
+     * including a sequence the 1024-byte cut left unfinished, become
+     * '?' (as for error messages, common/error.c). */
+    str_neutralise(msg);
     if (use_syslog) {
         syslog(prio, "%s%s", head, msg);
     } else {

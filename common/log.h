@@ -3,7 +3,9 @@
  * log_error() always prints; log_info() at default verbosity (one line per
  * event such as a connection); log_debug() only with -v.  Lines look like
  * "diskimg: [conn 3]: error: message".  To stderr, or syslog when
- * daemonised.  Logging functions preserve errno. */
+ * daemonised.  Logging functions preserve errno.  A line prints safely
+ * whatever a caller quoted into it: controls and invalid UTF-8 bytes in
+ * the message become '?' (str_neutralise, common/escape.h). */
 #ifndef DISKIMG_COMMON_LOG_H
 #define DISKIMG_COMMON_LOG_H
 

@@ -375,19 +375,69 @@ static void test_error_one_line(void)
     err_clear();
 }
 
+/* What str_escape escapes (but the backslash) becomes '?', byte by byte,
+ * in every message: a raw 0x9b is a CSI on an 8-bit terminal, and U+009B
+ * one on a UTF-8 terminal. */
+static void test_error_not_utf8(void)
+{
+    static const struct {
+        const char *in, *out;
+    } rows[] = {
+        {"c0 \x01\x1b[2J", "c0 ??[2J"},
+        {"del \x7f", "del ?"},
+        {"c1 \xc2\x9b"
+         "31m \xc2\x80",
+         "c1 ??31m ??"},
+        {"csi \x9b"
+         "31m",
+         "csi ?31m"},
+        {"cut2 \xc3", "cut2 ?"},
+        {"cut4 \xf0\x9f\x98", "cut4 ???"},
+        {"lone \x80 \xbf", "lone ? ?"},
+        {"overlong \xc0\xaf \xc1\xbf", "overlong ?? ??"},
+        {"overlong3 \xe0\x80\xaf", "overlong3 ???"},
+        {"overlong4 \xf0\x80\x80\xaf", "overlong4 ????"},
+        {"surrogate \xed\xa0\x80", "surrogate ???"},
+        {"too big \xf4\x90\x80\x80 \xf5\x80", "too big ???? ??"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xe4\xb8\xad \xf0\x9f\x98\x80",
+         "caf\xc3\xa9 \xe2\x82\xac \xe4\xb8\xad \xf0\x9f\x98\x80"},
+        {"nbsp \xc2\xa0, \xc3\x9b", "nbsp \xc2\xa0, \xc3\x9b"}, /* U+00A0, U+00DB */
+        {"escaped \\x9b \\\\", "escaped \\x9b \\\\"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        err_setx(EINVAL, "%s", rows[i].in);
+        CHECK(strcmp(err_msg(), rows[i].out) == 0);
+        if (strcmp(err_msg(), rows[i].out) != 0) {
+            fprintf(stderr, "  row %zu: got '%s'\n", i, err_msg());
+        }
+    }
+    err_set(ENOENT, "node \xc2\x9b");
+    err_prefix("backing \x9b");
+    CHECK(strncmp(err_msg(), "backing ?: node ??: ", 20) == 0);
+    err_clear();
+}
+
 /* A log line is one line with no control character, whatever a caller
- * quoted into it: what a peer sends cannot forge a line of its own. */
+ * quoted into it: what a peer sends cannot forge a line of its own, nor
+ * hold a C1 control or invalid UTF-8, even where the line is cut. */
 static void test_log_one_line(void)
 {
     char path[] = "/tmp/diskimg-test-log.XXXXXX";
-    char line[256] = "";
+    static char line[2048], want[2048], longer[1100];
     int fd = mkstemp(path);
     int saved = dup(STDERR_FILENO);
 
+    /* 1024 bytes of line buffer end inside the last "é". */
+    memset(longer, 'a', 1022);
+    strcpy(longer + 1022, "\xc3\xa9");
     CHECK(fd >= 0 && saved >= 0);
     fflush(stderr);
     dup2(fd, STDERR_FILENO);
     log_msg(LOG_LEVEL_INFO, "export '%s' not found", "a\r\nforged: b\033[2J");
+    log_report_line("%s", "c1 \xc2\x9b"
+                          "2J csi \x9b"
+                          "2J caf\xc3\xa9 \\x9b \xe2\x82");
+    log_report_line("%s", longer);
     fflush(stderr);
     dup2(saved, STDERR_FILENO);
     close(saved);
@@ -396,6 +446,12 @@ static void test_log_one_line(void)
     rewind(f);
     CHECK(fgets(line, sizeof line, f) != NULL);
     CHECK(strcmp(line, "diskimg: export 'a??forged: b?[2J' not found\n") == 0);
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    CHECK(strcmp(line, "c1 ??2J csi ?2J caf\xc3\xa9 \\x9b ??\n") == 0);
+    CHECK(fgets(line, sizeof line, f) != NULL);
+    memset(want, 'a', 1022);
+    strcpy(want + 1022, "?\n");
+    CHECK(strcmp(line, want) == 0);
     CHECK(fgets(line, sizeof line, f) == NULL);
     fclose(f);
     unlink(path);
@@ -447,6 +503,7 @@ int main(void)
     RUN(test_escape);
     RUN(test_error_chain);
     RUN(test_error_one_line);
+    RUN(test_error_not_utf8);
     RUN(test_log_one_line);
     return check_exit();
 }
