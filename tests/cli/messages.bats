@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # Messages a person can act on: a deep backing chain keeps its cause in one
 # line, sizes beyond what a file holds, options before the subcommand,
-# qemu's older nbd: spelling (which works) and URLs diskimg cannot open
-# (which say so).
+# qemu's older nbd: spelling (which works), URLs diskimg cannot open
+# (which say so), and names a message quotes unescaped that still reach
+# the terminal with no control in them.
 
 load '../helpers'
 load '../interop/lib'
@@ -129,4 +130,21 @@ chain() {
     # A local name with a colon is still a file.
     truncate -s 1M "$TEST_DIR/a:b.img"
     run -0 "$DISKIMG" info -f raw "$TEST_DIR/a:b.img"
+}
+
+# The backing file's name comes from the image.  Both messages quote it
+# unescaped (commit's "growing NAME" and vmdk's "cannot be resized"):
+# U+009B is a CSI on a UTF-8 terminal, a raw 0x9b one on an 8-bit
+# terminal, and neither byte may reach stdout or stderr.
+@test "messages: a name quoted unescaped prints no C1 control or invalid UTF-8" {
+    local name
+    for name in c1$'\xc2\x9b' raw$'\x9b'; do
+        "$DISKIMG" create -q -f vmdk "$TEST_DIR/$name.vmdk" 1M
+        "$DISKIMG" create -q -f qcow2 -F vmdk -b "$TEST_DIR/$name.vmdk" "$TEST_DIR/top.qcow2" 2M
+        run -1 --separate-stderr "$DISKIMG" commit "$TEST_DIR/top.qcow2"
+        echo "$stderr"
+        [[ "$stderr" == *"vmdk images cannot be resized"* ]]
+        [[ $(printf '%s%s' "$output" "$stderr" | LC_ALL=C tr -dc '\302\233' | wc -c) -eq 0 ]]
+    done
+    [[ "$stderr" == "diskimg: growing $TEST_DIR/raw?.vmdk to 2097152 bytes: $TEST_DIR/raw?.vmdk: "* ]]
 }
