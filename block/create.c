@@ -12,10 +12,10 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
-#include "common/escape.h"
 #include "common/url-redact.h"
 #include "driver.h"
 #include "file-lock.h"
+#include "file-open.h"
 
 const char *blk_create_options_help(const char *format)
 {
@@ -45,23 +45,13 @@ static void creatable_formats(char *buf, size_t len)
     }
 }
 
-/* A node that is neither a regular file nor a block device (a character
- * device, a FIFO, a socket): refused before it is opened, since opening a
- * device can act on it, as the file driver refuses it (file-posix.c). */
-static int create_refuse_special(const char *filename, const struct stat *st)
-{
-    if (S_ISREG(st->st_mode) || S_ISBLK(st->st_mode)) {
-        return 0;
-    }
-    CLEANUP_FREE char *esc = str_escape(filename);
-    return err_setx(EINVAL, "%s is not a regular file or a block device", esc ? esc : "?");
-}
-
 /* Open (or create) the file and lock it as a writer that resizes, before
- * anything changes it; then empty it.  A file that another process uses
- * stays as it was, and one made here goes again when it cannot be locked.
- * *removable says whether a failure later may remove it: a regular file
- * only, never a device node. */
+ * anything changes it; then empty it.  An existing file is opened as the
+ * file driver opens it, so a character device, FIFO or socket is refused
+ * before it is opened.  A file that another process uses stays as it was,
+ * and one made here goes again when it cannot be locked.  *removable says
+ * whether a failure later may remove it: a regular file only, never a
+ * device node. */
 static int create_lock_file(const char *filename, struct blk_file_lock **hold, bool *removable)
 {
     const struct blk_perms perms = {
@@ -70,27 +60,24 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold, b
         .shared_here = BLK_PERM_SHARED_DEFAULT, /* (a hold is not checked here) */
     };
     bool made = true;
-    struct stat st;
-    int fd, r;
+    struct stat st = {.st_mode = S_IFREG};
+    int fd, r = 0;
 
     *removable = false;
-    if (stat(filename, &st) == 0 && (r = create_refuse_special(filename, &st)) < 0) {
-        return r;
-    }
     fd = open(filename, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) {
         made = false;
-        fd = open(filename, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        r = blk_file_open_checked(filename, O_RDWR | O_CLOEXEC, &fd, &st);
+    } else if (fd < 0) {
+        r = err_set(errno, "%s", filename);
     }
-    if (fd < 0) {
-        return err_set(errno, "%s", filename);
+    if (r < 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return r;
     }
-    if (fstat(fd, &st) < 0) {
-        r = err_set(errno, "%s: fstat", filename);
-    } else if ((r = create_refuse_special(filename, &st)) == 0) {
-        /* swapped in since the stat above: checked on the descriptor */
-        r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
-    }
+    r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
     if (r == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0) {
         r = err_set(errno, "%s: truncating", filename);
     }
@@ -216,14 +203,13 @@ int blk_create_remove(const char *filename)
     char why[512];
     snprintf(why, sizeof why, "%s", err_msg());
     const struct blk_driver *proto = blk_protocol_for(filename);
-    int r = 0;
-
     struct stat st;
+    int r = 0;
 
     if (proto && proto->remove_node) {
         r = proto->remove_node(filename, NULL);
     } else if (stat(filename, &st) == 0 && !S_ISREG(st.st_mode)) {
-        r = 0; /* a block device written to: the device stays */
+        /* a block device written to (create refuses other nodes): it stays */
     } else if (unlink(filename) < 0) {
         r = -errno;
     }

@@ -53,6 +53,7 @@
 #include "common/util.h"
 #include "driver.h"
 #include "file-lock.h"
+#include "file-open.h"
 #include "file-posix.h"
 
 #define FILE_IOV_MAX 64
@@ -99,45 +100,6 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
     return 0;
 }
 
-/* Open an image file, which must be a regular file or a block device.
- * Names can come from an image (a backing file), so anything else is
- * refused before it is opened, and the open itself must not block if the
- * file is swapped in between: O_NONBLOCK keeps a FIFO's open from waiting
- * for a writer, the type is checked again on the descriptor before any
- * read, and only then is O_NONBLOCK cleared. */
-static int file_open_checked(const char *path, int flags, int *fd, struct stat *st)
-{
-    /* The path may come from an image: quoted escaped. */
-    CLEANUP_FREE char *esc = str_escape(path);
-    const char *name = esc ? esc : "?";
-    struct stat pre;
-
-    /* Opening a device can act on it (a tape rewinds): refuse before. */
-    if (stat(path, &pre) == 0 && !S_ISREG(pre.st_mode) && !S_ISBLK(pre.st_mode)) {
-        return err_setx(EINVAL, "%s is not a regular file or a block device", name);
-    }
-    *fd = open(path, flags | O_NONBLOCK | O_NOCTTY);
-    if (*fd < 0 && errno == EINVAL && (flags & O_DIRECT)) {
-        return err_setx(EINVAL,
-                        "%s: the file system does not support O_DIRECT "
-                        "(needed by cache=none and cache=directsync)",
-                        name);
-    }
-    if (*fd < 0) {
-        return err_set(errno, "%s", name);
-    }
-    if (fstat(*fd, st) < 0) {
-        return err_set(errno, "%s: fstat", name);
-    }
-    if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) {
-        return err_setx(EINVAL, "%s is not a regular file or a block device", name);
-    }
-    if (fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) < 0) {
-        return err_set(errno, "%s: fcntl", name);
-    }
-    return 0;
-}
-
 static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
 {
     struct file_state *s = n->opaque;
@@ -163,7 +125,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     if (!opts->filename) {
         return err_setx(EINVAL, "the file driver needs a filename");
     }
-    r = file_open_checked(opts->filename, flags | (s->direct ? O_DIRECT : 0), &s->fd, &st);
+    r = blk_file_open_checked(opts->filename, flags | (s->direct ? O_DIRECT : 0), &s->fd, &st);
     if (r < 0) {
         return r;
     }
@@ -185,7 +147,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
         }
         if (s->size % n->request_alignment) {
             struct stat tail;
-            r = file_open_checked(opts->filename, flags, &s->tail_fd, &tail);
+            r = blk_file_open_checked(opts->filename, flags, &s->tail_fd, &tail);
             if (r < 0) {
                 return r;
             }
