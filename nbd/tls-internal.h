@@ -58,7 +58,7 @@ struct nbd_tls_session {
      * once, before those threads start. */
     bool shared;
     pthread_mutex_t glock;
-    bool would_block; /* the transport's last call found no room or data */
+    bool would_block; /* the pull found the socket empty (shared session) */
     /* Ciphertext read ahead of what GnuTLS asked for (see tls_pull):
      * bytes [rpos, rlen) of rbuf are next on the stream. */
     uint8_t *rbuf;

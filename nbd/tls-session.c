@@ -75,25 +75,34 @@ static int wait_ready(struct nbd_tls_session *ts, short events)
  * goes straight into GnuTLS's buffer. */
 #define READ_AHEAD (64u * 1024)
 
+/* One recv, retried on EINTR; notes the end of the stream. */
+static ssize_t recv_noting_end(struct nbd_tls_session *ts, void *buf, size_t len, int flags)
+{
+    ssize_t n;
+
+    do {
+        n = recv(ts->fd, buf, len, flags);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+        ts->pull_gone = true;
+    }
+    return n;
+}
+
+/* The pull's recv: in the handshake it waits for data (up to the
+ * deadline), in a shared session it does not (-1 with EAGAIN, and
+ * would_block set). */
 static ssize_t recv_once(struct nbd_tls_session *ts, void *buf, size_t len)
 {
     if (!ts->shared && ts->deadline_ns && wait_ready(ts, POLLIN) < 0) {
         return -1;
     }
-    for (;;) {
-        ssize_t n = recv(ts->fd, buf, len, ts->shared ? MSG_DONTWAIT : 0);
-        if (n == 0 || (n < 0 && errno == ECONNRESET)) {
-            ts->pull_gone = true;
-        }
-        if (n < 0 && ts->shared && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            ts->would_block = true;
-            errno = EAGAIN;
-            return -1;
-        }
-        if (n >= 0 || errno != EINTR) {
-            return n;
-        }
+    ssize_t n = recv_noting_end(ts, buf, len, ts->shared ? MSG_DONTWAIT : 0);
+    if (n < 0 && ts->shared && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        ts->would_block = true;
+        errno = EAGAIN;
     }
+    return n;
 }
 
 static ssize_t tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
@@ -213,9 +222,6 @@ static int queue_append(struct nbd_tls_session *ts, const struct iovec *iov, int
 {
     size_t len = iov_length(iov, iovcnt) - skip;
 
-    if (ts->wpos == ts->wlen) {
-        ts->wpos = ts->wlen = 0;
-    }
     if (ts->wlen + len > ts->wcap) {
         size_t cap = MAX(ts->wlen + len, (size_t)WRITE_GATHER + 2 * NBD_TLS_RECORD_MAX);
         uint8_t *p = realloc(ts->wbuf, cap);
@@ -461,31 +467,25 @@ int nbd_tls_handshake(struct nbd_tls *t, int fd, uint64_t deadline_ns, struct nb
  * recv saw. */
 static void read_ahead_waiting(struct nbd_tls_session *ts)
 {
-    ssize_t n;
-
     if (!ts->rbuf && !(ts->rbuf = malloc(READ_AHEAD))) {
         (void)wait_outside(ts, POLLIN);
         return;
     }
-    do {
-        n = recv(ts->fd, ts->rbuf, READ_AHEAD, 0);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = recv_noting_end(ts, ts->rbuf, READ_AHEAD, 0);
     if (n > 0) {
         ts->rpos = 0;
         ts->rlen = (size_t)n;
-    } else if (n == 0 || errno == ECONNRESET) {
-        ts->pull_gone = true;
     }
 }
 
-/* One GnuTLS call that sends or receives, under glock.  GNUTLS_E_AGAIN
- * from a shared session whose transport found the socket empty (or full)
- * means: wait for data (or room) without glock and call again (fn then
- * resumes what it began).  GnuTLS also says GNUTLS_E_AGAIN after it
- * handled a TLS 1.3 key update with records still buffered, which poll()
- * cannot see: then it is called again at once.  Until the session is
- * shared, the transport waits inside the call. */
-static ssize_t record_call(struct nbd_tls_session *s, bool sending,
+/* One GnuTLS call, under glock.  GNUTLS_E_AGAIN from a shared session
+ * whose pull found the socket empty means: wait for data without glock
+ * and call again (fn then resumes what it began).  GnuTLS also says
+ * GNUTLS_E_AGAIN after it handled a TLS 1.3 key update with records still
+ * buffered, which poll() cannot see: then it is called again at once.  A
+ * shared session's push never says EAGAIN (the output queue), and until
+ * the session is shared the transport waits inside the call. */
+static ssize_t record_call(struct nbd_tls_session *s,
                            ssize_t (*fn)(gnutls_session_t, void *, size_t), void *buf, size_t len)
 {
     for (;;) {
@@ -498,11 +498,7 @@ static ssize_t record_call(struct nbd_tls_session *s, bool sending,
             return n;
         }
         if (n == GNUTLS_E_AGAIN && blocked) {
-            if (!sending) {
-                read_ahead_waiting(s);
-            } else if (wait_outside(s, POLLOUT) < 0) {
-                return GNUTLS_E_PUSH_ERROR;
-            }
+            read_ahead_waiting(s);
         }
     }
 }
@@ -525,7 +521,7 @@ ssize_t nbd_tls_recv(struct nbd_tls_session *s, void *buf, size_t len)
     if (s->shared && !nbd_tls_pending(s)) {
         read_ahead_waiting(s); /* rather than a recv that says EAGAIN first */
     }
-    ssize_t n = record_call(s, false, gnutls_record_recv, buf, len);
+    ssize_t n = record_call(s, gnutls_record_recv, buf, len);
 
     if (n > 0) {
         s->got_data = true;
@@ -577,7 +573,7 @@ static int tls_send_all(struct nbd_tls_session *s, const uint8_t *p, size_t len)
     int r;
 
     while (len > 0) {
-        ssize_t n = record_call(s, true, record_send, (void *)p, len);
+        ssize_t n = record_call(s, record_send, (void *)p, len);
         if (n < 0) {
             return nbd_tls_why_record(s, n, true);
         }
@@ -692,7 +688,7 @@ void nbd_tls_bye(struct nbd_tls_session *s)
         /* close_notify is a courtesy: a peer that reads nothing must not
          * hold the closing thread, so the send gets a second at most. */
         s->deadline_ns = clock_ns() + BYE_LIMIT_NS;
-        if (record_call(s, true, bye_call, NULL, 0) >= 0 && s->shared) {
+        if (record_call(s, bye_call, NULL, 0) >= 0 && s->shared) {
             (void)queue_drain(s);
         }
     }

@@ -59,8 +59,9 @@ int nbd_tls_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt)
  * socket has room now: 0 when it went out, -EAGAIN when it did not, or
  * -errno with a message.  *taken says whether GnuTLS took the record:
  * after -EAGAIN with *taken, the rest of the record waits in the
- * session's output queue and the next nbd_tls_send sends it first; without *taken, nothing of iov
- * was sent (too long for one record, or another send is under way). */
+ * session's output queue and the next nbd_tls_send sends it first;
+ * without *taken, nothing of iov was sent (too long for one record, or
+ * another send is under way). */
 int nbd_tls_try_send(struct nbd_tls_session *s, const struct iovec *iov, int iovcnt, bool *taken);
 /* Decrypted bytes already buffered (poll() would not see them). */
 bool nbd_tls_pending(struct nbd_tls_session *s);

@@ -36,9 +36,9 @@
  *               it only nbd_thread_reserve, which is atomic (limits.c).
  * No lock is taken while holding write_lock or c->lock, but for a TLS
  * session's glock, held for one GnuTLS call at a time with nothing taken
- * under it (tls-session.c).  A worker thread
- * is created (nbd_maybe_spawn) holding read_lock and no other lock, so a
- * reply never waits for a thread to start.  With at most read_lock held
+ * under it (tls-session.c).  A worker thread is created (nbd_maybe_spawn)
+ * holding read_lock and no other lock, so a reply never waits for a
+ * thread to start.  With at most read_lock held
  * a request takes the block layer's locks, and srv->faillog_lock for a
  * moment when it logs a failure (limits.c); srv->lock is never taken with
  * a connection lock held. */
