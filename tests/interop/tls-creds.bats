@@ -2,11 +2,11 @@
 # TLS credentials in diskimg serve: what a missing, unreadable, too open,
 # expired or malformed certificate, key or PSK file gives (exit 1 and one
 # clear line), and the --tls-priority string.  Split from tls.bats, whose
-# certificates and keys (tls-pki.bash) it shares.
+# certificates and keys (tls-lib.bash) and hooks (tls-server.bash) it shares.
 
 load '../helpers'
 load 'lib'
-load 'tls-pki' # and its setup_file, setup and teardown
+load 'tls-server' # and its setup_file, setup and teardown
 
 # ---------------------------------------------------------------------------
 # Credential errors: exit 1 and one clear line
@@ -68,7 +68,7 @@ load 'tls-pki' # and its setup_file, setup and teardown
     [[ $(printf '%s\n' "$stderr" | wc -l) -eq 1 ]]
     [[ $stderr == *ca-cert.pem* && $stderr == *"ermission denied"* ]]
     # a PSK file nobody cannot read
-    cp "$PKI/keys.psk" "$d/keys.psk"
+    cp "$PKI/psk/keys.psk" "$d/keys.psk"
     chmod 600 "$d/keys.psk"
     run --separate-stderr timeout 20 "${as_nobody[@]}" "$DISKIMG" serve -k "$SOCK" \
         --tls-psk="$d/keys.psk" "$IMG"
@@ -92,16 +92,16 @@ load 'tls-pki' # and its setup_file, setup and teardown
     chmod 644 "$TEST_DIR/creds/server-cert.pem" "$TEST_DIR/creds/ca-cert.pem"
     start_server -t --tls-creds="$TEST_DIR/creds" "$IMG"
     stop_server
-    cp "$PKI/keys.psk" "$TEST_DIR/keys.psk"
+    cp "$PKI/psk/keys.psk" "$TEST_DIR/keys.psk"
     chmod 644 "$TEST_DIR/keys.psk"
     serve_fails "keys.psk" --tls-psk="$TEST_DIR/keys.psk"
 }
 
 @test "an expired or not yet valid server certificate is refused at start, in one line" {
     truncate -s 1M "$IMG"
-    serve_fails "server-cert.pem" --tls-creds="$PKI/expired"
+    serve_fails "server-cert.pem" --tls-creds="$PKI/server-expired"
     [[ $stderr == *expired* ]]
-    serve_fails "server-cert.pem" --tls-creds="$PKI/notyet"
+    serve_fails "server-cert.pem" --tls-creds="$PKI/server-notyet"
     [[ $stderr == *"not valid yet"* || $stderr == *"not yet"* ]]
 }
 

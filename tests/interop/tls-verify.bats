@@ -16,11 +16,7 @@ load '../helpers'
 load 'lib'
 load 'tls-lib'
 
-setup_file() {
-    require_tool certtool psktool
-    export P=$BATS_FILE_TMPDIR/pki
-    make_tls_pki "$P"
-}
+setup_file() { tls_pki_setup; }
 
 setup() {
     setup_test
@@ -41,14 +37,14 @@ teardown() {
 }
 
 # uri DIR [SOCKET]: an nbds+unix URI with the X.509 credentials in DIR.
-uri() { echo "nbds+unix:///?socket=${2:-$SOCK}&tls-certificates=$P/$1"; }
+uri() { echo "nbds+unix:///?socket=${2:-$SOCK}&tls-certificates=$PKI/$1"; }
 # qemu_info DIR [OPTS]: qemu-img info of our server with credentials DIR.
 qemu_info() {
-    qemu-img info --object "tls-creds-x509,id=tls0,endpoint=client,dir=$P/$1" \
+    qemu-img info --object "tls-creds-x509,id=tls0,endpoint=client,dir=$PKI/$1" \
         --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0,tls-hostname=localhost${2:-}"
 }
 # ours DIR [SOCKET]: diskimg info with the X.509 credentials in DIR.
-ours() { "$DISKIMG" info --tls-creds="$P/$1" "nbds+unix:///?socket=${2:-$SOCK}"; }
+ours() { "$DISKIMG" info --tls-creds="$PKI/$1" "nbds+unix:///?socket=${2:-$SOCK}"; }
 # logged TEXT: the server logged a line with TEXT (a fixed string).
 logged() { grep -qF -- "$1" "$SERVER_LOG" || { cat "$SERVER_LOG" >&2 && false; }; }
 
@@ -66,12 +62,12 @@ start_aux() {
 
 @test "CRL: a revoked client certificate is refused, saying 'revoked'; others are served" {
     require_tool nbdinfo qemu-img
-    start_server -t -e 0 --tls-creds="$P/server-crl" "$IMG"
-    run nbdinfo --size "$(uri client)"
+    start_server -t -e 0 --tls-creds="$PKI/server-crl" "$IMG"
+    run nbdinfo --size "$(uri client1)"
     assert_success
-    run qemu_info client
+    run qemu_info client1
     assert_success
-    run ours client
+    run ours client1
     assert_success
     # the revoked client, with each client
     run nbdinfo --size "$(uri revoked)"
@@ -80,34 +76,34 @@ start_aux() {
     assert_failure
     run --separate-stderr ours revoked
     assert_failure
-    [[ $stderr == *"the NBD server says our certificate $P/revoked/client-cert.pem is revoked"* ]]
+    [[ $stderr == *"the NBD server says our certificate $PKI/revoked/client-cert.pem is revoked"* ]]
     assert server_alive
     stop_server
-    logged "dropped during the handshake: TLS: the client certificate 'O=diskimg tests,CN=revoked1' is revoked (listed in $P/server-crl/ca-crl.pem)"
+    logged "dropped during the handshake: TLS: the client certificate 'O=diskimg tests,CN=revoked1' is revoked (listed in $PKI/server-crl/ca-crl.pem)"
     [[ $(grep -c "is revoked" "$SERVER_LOG") -eq 3 ]]
     [[ $(grep -c "opened export '' over TLS as O=diskimg tests,CN=client1" "$SERVER_LOG") -eq 3 ]]
     # without the list, the same certificate is good
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run ours revoked
     assert_success
 }
 
 @test "CRL on the client: a server whose certificate is revoked is refused" {
     local d=$TEST_DIR/client
-    cp -r "$P/client" "$d"
-    tls_crl "$P" ca "$d/ca-crl.pem" server
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    cp -r "$PKI/client1" "$d"
+    tls_crl "$PKI" ca "$d/ca-crl.pem" server
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run --separate-stderr "$DISKIMG" info --tls-creds="$d" "nbds+unix:///?socket=$SOCK"
     assert_failure
     [[ $stderr == *"the NBD server's certificate 'O=diskimg tests,CN=localhost' is revoked (listed in $d/ca-crl.pem)"* ]]
     # our client told the server why
     wait_until 10 grep -q "dropped during the handshake" "$SERVER_LOG"
-    logged "TLS: the client says our certificate $P/server/server-cert.pem is revoked"
+    logged "TLS: the client says our certificate $PKI/server/server-cert.pem is revoked"
 }
 
 @test "CRL checks at start: another CA's, or not a CRL: exit 1, one line, on both sides" {
     local d=$TEST_DIR/creds
-    cp -r "$P/server" "$d"
+    cp -r "$PKI/server" "$d"
     check() {
         run --separate-stderr timeout 20 "$DISKIMG" serve -k "$SOCK" --tls-creds="$d" "$IMG"
         echo "status $status: $stderr" >&2
@@ -117,7 +113,7 @@ start_aux() {
         run --separate-stderr "$DISKIMG" info --tls-creds="$d" "nbds+unix:///?socket=$SOCK"
         [[ $status -eq 1 && $stderr == *"$d/ca-crl.pem"* && $stderr == *"$1"* ]]
     }
-    tls_crl "$P" ca2 "$d/ca-crl.pem" foreign1 >/dev/null
+    tls_crl "$PKI" ca2 "$d/ca-crl.pem" foreign1 >/dev/null
     check "is not signed by the CA in $d/ca-cert.pem"
     : >"$d/ca-crl.pem"
     check "ca-crl.pem"
@@ -125,11 +121,7 @@ start_aux() {
     check "ca-crl.pem"
     # a CA that may not sign CRLs (a certtool template without crl_signing_key)
     local n=$TEST_DIR/nocrl
-    mkdir -p "$n/gen"
-    tls_template "$n/gen/ca.info" 'cn = "no CRL CA"' ca cert_signing_key 'expiration_days = 30'
-    certtool --generate-privkey --key-type=ecdsa --outfile "$n/gen/ca-key.pem" 2>/dev/null
-    certtool --generate-self-signed --load-privkey "$n/gen/ca-key.pem" \
-        --template "$n/gen/ca.info" --outfile "$n/gen/ca-cert.pem" 2>/dev/null
+    tls_generate "$n" tls_ca "$n" ca "no CRL CA"
     cp "$n/gen/ca-cert.pem" "$d/ca-cert.pem"
     tls_crl "$n" ca "$d/ca-crl.pem" >/dev/null
     check "does not allow signing revocation lists (certtool template: crl_signing_key)"
@@ -139,30 +131,21 @@ start_aux() {
 @test "an out-of-date CRL: a warning at start, and what it lists is still refused" {
     # a CA from 2019, and a list it issued for January 2020
     local d=$TEST_DIR/old
-    mkdir -p "$d/gen"
-    (
-        umask 077
-        tls_template "$d/gen/ca.info" 'cn = "old CA"' ca cert_signing_key crl_signing_key \
-            'activation_date = "2019-01-01 00:00:00"' 'expiration_date = "2099-01-01 00:00:00"'
-        certtool --generate-privkey --key-type=ecdsa --outfile "$d/gen/ca-key.pem"
-        certtool --generate-self-signed --load-privkey "$d/gen/ca-key.pem" \
-            --template "$d/gen/ca.info" --outfile "$d/gen/ca-cert.pem"
-        tls_sign "$d" server ca 'cn = "localhost"' 'dns_name = "localhost"' tls_www_server \
-            signing_key encryption_key 'expiration_days = 30'
-        tls_sign "$d" gone ca 'cn = "gone"' tls_www_client signing_key encryption_key \
-            'activation_date = "2019-06-01 00:00:00"' 'expiration_date = "2099-01-01 00:00:00"'
-        tls_sign "$d" kept ca 'cn = "kept"' tls_www_client signing_key encryption_key \
-            'expiration_days = 30'
-        tls_template "$d/gen/crl.info" 'crl_this_update_date = "2020-01-01 00:00:00"' \
+    old_ca_steps() {
+        tls_ca "$d" ca "old CA" crl_signing_key 'activation_date = "2019-01-01 00:00:00"' \
+            'expiration_date = "2099-01-01 00:00:00"'
+        tls_cert "$d" server ca server localhost
+        tls_cert "$d" gone ca client gone 'activation_date = "2019-06-01 00:00:00"' \
+            'expiration_date = "2099-01-01 00:00:00"'
+        tls_cert "$d" kept ca client kept
+        tls_crl "$d" ca "$d/gen/crl.pem" gone -- 'crl_this_update_date = "2020-01-01 00:00:00"' \
             'crl_next_update_date = "2020-02-01 00:00:00"'
-        certtool --generate-crl --load-ca-privkey "$d/gen/ca-key.pem" \
-            --load-ca-certificate "$d/gen/ca-cert.pem" --load-certificate "$d/gen/gone-cert.pem" \
-            --template "$d/gen/crl.info" --outfile "$d/gen/crl.pem"
-        tls_install "$d" server ca server server
+        tls_creds "$d" server ca server server
         cp "$d/gen/crl.pem" "$d/server/ca-crl.pem"
-        tls_install "$d" gone ca client gone
-        tls_install "$d" kept ca client kept
-    ) >"$TEST_DIR/pki.log" 2>&1
+        tls_creds "$d" gone ca client gone
+        tls_creds "$d" kept ca client kept
+    }
+    tls_generate "$d" old_ca_steps
     start_server -t -e 0 --tls-creds="$d/server" "$IMG"
     logged "warning: TLS: revocation list $d/server/ca-crl.pem is out of date (its next update was due)"
     run "$DISKIMG" info --tls-creds="$d/kept" "nbds+unix:///?socket=$SOCK"
@@ -170,36 +153,36 @@ start_aux() {
     run --separate-stderr "$DISKIMG" info --tls-creds="$d/gone" "nbds+unix:///?socket=$SOCK"
     assert_failure
     [[ $stderr == *"is revoked" ]]
-    logged "the client certificate 'CN=gone' is revoked (listed in $d/server/ca-crl.pem)"
+    logged "the client certificate 'O=diskimg tests,CN=gone' is revoked (listed in $d/server/ca-crl.pem)"
 }
 
 # --- each cause, named on both sides (our client, our server) --------------
 
 @test "no client certificate: 'requires a client certificate' / 'sent no certificate'" {
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run --separate-stderr ours anon
     assert_failure
-    [[ $stderr == "diskimg: nbd+unix socket $SOCK: TLS: the NBD server requires a client certificate, and $P/anon/ has no client-cert.pem (no client certificate)" ]]
+    [[ $stderr == "diskimg: nbd+unix socket $SOCK: TLS: the NBD server requires a client certificate, and $PKI/anon/ has no client-cert.pem (no client certificate)" ]]
     logged "dropped during the handshake: TLS: the client sent no certificate, and this server requires one signed by its CA (--tls-verify-peer)"
     # TLS 1.2 says it with another alert
     stop_server
-    start_server -t -e 0 --tls-creds="$P/server" --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.2 "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.2 "$IMG"
     run --separate-stderr ours anon
     assert_failure
-    [[ $stderr == *"it may require a client certificate, and $P/anon/ has no client-cert.pem"* ]]
+    [[ $stderr == *"it may require a client certificate, and $PKI/anon/ has no client-cert.pem"* ]]
 }
 
 @test "a client certificate from another CA: 'unknown CA' on both sides" {
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run --separate-stderr ours foreign
     assert_failure
-    [[ $stderr == *"TLS: the NBD server does not trust the CA that signed our certificate $P/foreign/client-cert.pem (unknown CA)" ]]
-    logged "TLS: the client certificate 'O=diskimg tests,CN=client1' is not signed by the CA in $P/server/ca-cert.pem (unknown CA)"
+    [[ $stderr == *"TLS: the NBD server does not trust the CA that signed our certificate $PKI/foreign/client-cert.pem (unknown CA)" ]]
+    logged "TLS: the client certificate 'O=diskimg tests,CN=client1' is not signed by the CA in $PKI/server/ca-cert.pem (unknown CA)"
 }
 
 @test "an expired client certificate (nbdinfo, qemu-img): 'has expired' in the log" {
     require_tool nbdinfo qemu-img
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run nbdinfo --size "$(uri expired)"
     assert_failure
     assert_output --partial "A TLS fatal alert has been received"
@@ -208,34 +191,34 @@ start_aux() {
     # our own client refuses to present it in the first place
     run --separate-stderr ours expired
     assert_failure
-    [[ $stderr == *"certificate $P/expired/client-cert.pem has expired"* ]]
+    [[ $stderr == *"certificate $PKI/expired/client-cert.pem has expired"* ]]
     stop_server
     logged "TLS: the client certificate 'O=diskimg tests,CN=expired1' has expired"
 }
 
 @test "a server certificate from another CA, or without the host name: said on both sides" {
     require_tool nbdinfo qemu-img
-    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$P/server" "$IMG"
-    run --separate-stderr "$DISKIMG" info --tls-creds="$P/other" "nbds://127.0.0.1:$PORT/"
+    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$PKI/server" "$IMG"
+    run --separate-stderr "$DISKIMG" info --tls-creds="$PKI/other" "nbds://127.0.0.1:$PORT/"
     assert_failure
-    [[ $stderr == "diskimg: nbd://127.0.0.1:$PORT: TLS: the NBD server's certificate 'O=diskimg tests,CN=localhost' is not signed by the CA in $P/other/ca-cert.pem (unknown CA)" ]]
+    [[ $stderr == "diskimg: nbd://127.0.0.1:$PORT: TLS: the NBD server's certificate 'O=diskimg tests,CN=localhost' is not signed by the CA in $PKI/other/ca-cert.pem (unknown CA)" ]]
     wait_until 10 grep -q "dropped" "$SERVER_LOG"
-    logged "TLS: the client does not trust the CA that signed our certificate $P/server/server-cert.pem (unknown CA)"
+    logged "TLS: the client does not trust the CA that signed our certificate $PKI/server/server-cert.pem (unknown CA)"
     : >"$SERVER_LOG"
     run --separate-stderr "$DISKIMG" info \
-        "nbds://127.0.0.1:$PORT/?tls-certificates=$P/client&tls-hostname=wrong.example"
+        "nbds://127.0.0.1:$PORT/?tls-certificates=$PKI/client1&tls-hostname=wrong.example"
     assert_failure
     [[ $stderr == *"TLS: the NBD server's certificate 'O=diskimg tests,CN=localhost' does not name the host 'wrong.example' (wrong host name"* ]]
     wait_until 10 grep -q "dropped" "$SERVER_LOG"
-    logged "TLS: the client refused our certificate $P/server/server-cert.pem (Certificate is bad: not signed by a CA it trusts, or without the host name it dialled)"
+    logged "TLS: the client refused our certificate $PKI/server/server-cert.pem (Certificate is bad: not signed by a CA it trusts, or without the host name it dialled)"
     # qemu checks the name after its handshake and hangs up without an
     # alert; libnbd hangs up too: the log still points at our certificate
     : >"$SERVER_LOG"
-    run qemu-img info --object "tls-creds-x509,id=tls0,endpoint=client,dir=$P/client" \
+    run qemu-img info --object "tls-creds-x509,id=tls0,endpoint=client,dir=$PKI/client1" \
         --image-opts "driver=nbd,host=127.0.0.1,port=$PORT,tls-creds=tls0,tls-hostname=wrong.example"
     assert_failure
     assert_output --partial "wrong.example"
-    run nbdinfo --size "nbds://127.0.0.1:$PORT/?tls-certificates=$P/other"
+    run nbdinfo --size "nbds://127.0.0.1:$PORT/?tls-certificates=$PKI/other"
     assert_failure
     wait_until 10 test "$(grep -c dropped "$SERVER_LOG")" -eq 2
     logged "TLS: the client closed the connection right after the TLS handshake (did it refuse our certificate?)"
@@ -243,40 +226,40 @@ start_aux() {
 }
 
 @test "PSK: a wrong key or an unknown identity is named on both sides" {
-    start_server -t -e 0 --tls-psk="$P/psk/keys.psk" "$IMG"
+    start_server -t -e 0 --tls-psk="$PKI/psk/keys.psk" "$IMG"
     local bare="nbds+unix:///?socket=$SOCK"
-    run --separate-stderr "$DISKIMG" info --tls-psk="$P/psk-wrong/keys.psk" "$bare"
+    run --separate-stderr "$DISKIMG" info --tls-psk="$PKI/psk-wrong/keys.psk" "$bare"
     assert_failure
-    [[ $stderr == *"TLS: the NBD server's pre-shared key for 'alice' differs from ours in $P/psk-wrong/keys.psk (wrong PSK)" ]]
-    logged "TLS: the client's pre-shared key for 'alice' differs from the one in $P/psk/keys.psk (wrong PSK)"
-    run --separate-stderr "$DISKIMG" info --tls-psk="$P/psk-mallory/keys.psk" "$bare"
+    [[ $stderr == *"TLS: the NBD server's pre-shared key for 'alice' differs from ours in $PKI/psk-wrong/keys.psk (wrong PSK)" ]]
+    logged "TLS: the client's pre-shared key for 'alice' differs from the one in $PKI/psk/keys.psk (wrong PSK)"
+    run --separate-stderr "$DISKIMG" info --tls-psk="$PKI/psk-mallory/keys.psk" "$bare"
     assert_failure
     [[ $stderr == *"TLS: the NBD server does not know our PSK identity 'mallory' (unknown identity)" ]]
-    logged "TLS: the client's PSK identity 'mallory' is not in $P/psk/keys.psk (unknown identity)"
+    logged "TLS: the client's PSK identity 'mallory' is not in $PKI/psk/keys.psk (unknown identity)"
     # the same with TLS 1.2, where the key fails in the Finished message
     stop_server
     : >"$SERVER_LOG"
-    start_server -t -e 0 --tls-psk="$P/psk/keys.psk" \
+    start_server -t -e 0 --tls-psk="$PKI/psk/keys.psk" \
         --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.2:+PSK:+ECDHE-PSK:+DHE-PSK "$IMG"
-    run --separate-stderr "$DISKIMG" info --tls-psk="$P/psk-wrong/keys.psk" "$bare"
+    run --separate-stderr "$DISKIMG" info --tls-psk="$PKI/psk-wrong/keys.psk" "$bare"
     assert_failure
     [[ $stderr == *"(wrong PSK)" ]]
-    logged "TLS: the client's pre-shared key for 'alice' differs from the one in $P/psk/keys.psk (wrong PSK)"
-    run --separate-stderr "$DISKIMG" info --tls-psk="$P/psk/keys.psk" --tls-username=bob "$bare"
+    logged "TLS: the client's pre-shared key for 'alice' differs from the one in $PKI/psk/keys.psk (wrong PSK)"
+    run --separate-stderr "$DISKIMG" info --tls-psk="$PKI/psk/keys.psk" --tls-username=bob "$bare"
     assert_success
 }
 
 @test "no TLS version in common, or the client gone mid-handshake: said in the log" {
     # a server that speaks only TLS 1.1 (GnuTLS's NORMAL allows it) and
     # our client, which offers 1.2 and 1.3
-    start_server -t -e 0 --tls-creds="$P/server" --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.1 "$IMG"
-    run --separate-stderr ours client
+    start_server -t -e 0 --tls-creds="$PKI/server" --tls-priority=NORMAL:-VERS-ALL:+VERS-TLS1.1 "$IMG"
+    run --separate-stderr ours client1
     assert_failure
     [[ $stderr == *"TLS: no TLS version or cipher suite in common with the NBD server"* ]]
     logged "TLS: no TLS version or cipher suite in common with the client"
     stop_server
     : >"$SERVER_LOG"
-    start_server -t -e 0 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$IMG"
     run py "$SOCK" <<'EOF'
 import sys
 import nbdraw as n
@@ -297,7 +280,7 @@ EOF
 
 @test "refused nbdinfo and qemu-img clients read our alert, not a broken pipe" {
     require_tool nbdinfo qemu-img
-    start_server -t -e 0 --tls-creds="$P/server-crl" "$IMG"
+    start_server -t -e 0 --tls-creds="$PKI/server-crl" "$IMG"
     local i d
     # (several times: a server that closes at once loses this race)
     for i in 1 2 3; do
@@ -319,19 +302,19 @@ EOF
     require_tool qemu-nbd nbdkit
     local qsock=$TEST_DIR/q.sock ksock=$TEST_DIR/k.sock log=$TEST_DIR/aux.log
     start_aux "$qsock" "$log" qemu-nbd --object \
-        "tls-creds-x509,id=tls0,endpoint=server,dir=$P/server-crl" --tls-creds tls0 \
+        "tls-creds-x509,id=tls0,endpoint=server,dir=$PKI/server-crl" --tls-creds tls0 \
         -k "$qsock" -f raw -t "$IMG"
     start_aux "$ksock" "$log" nbdkit -f -U "$ksock" --tls=require \
-        --tls-psk="$P/psk/keys.psk" memory 1M
-    run ours client "$qsock"
+        --tls-psk="$PKI/psk/keys.psk" memory 1M
+    run ours client1 "$qsock"
     assert_success
     run --separate-stderr ours anon "$qsock"
     assert_failure
-    [[ $stderr == *"TLS: the NBD server closed the connection"*"(does it require a client certificate? $P/anon/ has no client-cert.pem)" ]]
+    [[ $stderr == *"TLS: the NBD server closed the connection"*"(does it require a client certificate? $PKI/anon/ has no client-cert.pem)" ]]
     run --separate-stderr ours revoked "$qsock"
     assert_failure
-    [[ $stderr == *"TLS: the NBD server closed the connection"*"(did it refuse our client certificate $P/revoked/client-cert.pem?)" ]]
-    run --separate-stderr "$DISKIMG" info --tls-psk="$P/psk-wrong/keys.psk" \
+    [[ $stderr == *"TLS: the NBD server closed the connection"*"(did it refuse our client certificate $PKI/revoked/client-cert.pem?)" ]]
+    run --separate-stderr "$DISKIMG" info --tls-psk="$PKI/psk-wrong/keys.psk" \
         "nbds+unix:///?socket=$ksock"
     assert_failure
     [[ $stderr == *"TLS: the NBD server closed the connection during the TLS handshake (did it refuse our PSK identity 'alice' or its key?)" ]]
@@ -345,7 +328,7 @@ EOF
 # and reads no reply for 30 s (noread); prints "stalling", then how the
 # connection ended.
 stall_after_tls() {
-    py "$SOCK" "$P/client" "$1" <<'EOF'
+    py "$SOCK" "$PKI/client1" "$1" <<'EOF'
 import socket, ssl, struct, sys, time
 import nbdraw as n
 import nbdtls as t
@@ -387,12 +370,12 @@ EOF
 @test "a client stalling inside a TLS record after STARTTLS is dropped at the limit, its slot freed" {
     require_tool nbdinfo
     # -e 1: one client at a time, as qemu-nbd's default; the next waits
-    start_server -t -e 1 --handshake-limit=2 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 1 --handshake-limit=2 --tls-creds="$PKI/server" "$IMG"
     stall_after_tls half >"$TEST_DIR/stall.out" &
     local stall=$!
     wait_until 20 grep -q stalling "$TEST_DIR/stall.out"
     # the next client gets its turn once the staller is dropped
-    run timeout 60 nbdinfo --size "$(uri client)"
+    run timeout 60 nbdinfo --size "$(uri client1)"
     assert_success
     assert_output 1048576
     wait "$stall"
@@ -404,13 +387,13 @@ EOF
 
 @test "a client that stops reading option replies inside TLS is dropped at the limit" {
     require_tool nbdinfo
-    start_server -t -e 1 --handshake-limit=2 --tls-creds="$P/server" \
+    start_server -t -e 1 --handshake-limit=2 --tls-creds="$PKI/server" \
         -D "$(printf 'x%.0s' {1..4000})" "$IMG"
     stall_after_tls noread >"$TEST_DIR/stall.out" &
     local stall=$!
     wait_until 20 grep -q stalling "$TEST_DIR/stall.out"
     # served while the staller still reads nothing
-    run timeout 20 nbdinfo --size "$(uri client)"
+    run timeout 20 nbdinfo --size "$(uri client1)"
     assert_success
     wait "$stall"
     run cat "$TEST_DIR/stall.out"
@@ -420,7 +403,7 @@ EOF
 
 @test "a client stalling inside the TLS handshake itself is dropped at the limit" {
     require_tool nbdinfo
-    start_server -t -e 1 --handshake-limit=2 --tls-creds="$P/server" "$IMG"
+    start_server -t -e 1 --handshake-limit=2 --tls-creds="$PKI/server" "$IMG"
     py "$SOCK" >"$TEST_DIR/stall.out" <<'EOF' &
 import sys
 import nbdraw as n
@@ -435,7 +418,7 @@ print("closed" if c.closes(timeout=60) else "still open after 60 s")
 EOF
     local stall=$!
     wait_until 20 grep -q stalling "$TEST_DIR/stall.out"
-    run timeout 60 nbdinfo --size "$(uri client)"
+    run timeout 60 nbdinfo --size "$(uri client1)"
     assert_success
     wait "$stall"
     run cat "$TEST_DIR/stall.out"
@@ -465,7 +448,7 @@ c.recv(1)                                       # until the client is gone
 PY
     AUX_PIDS+=("$!")
     wait_until 10 unix_listening "$TEST_DIR/stall.sock"
-    "$DISKIMG" convert -f raw --tls-creds="$P/client" "nbds+unix:///?socket=$TEST_DIR/stall.sock" \
+    "$DISKIMG" convert -f raw --tls-creds="$PKI/client1" "nbds+unix:///?socket=$TEST_DIR/stall.sock" \
         "$TEST_DIR/out.raw" 2>"$TEST_DIR/err" &
     local pid=$!
     wait_until 10 test -e "$TEST_DIR/stalling"

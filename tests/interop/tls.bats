@@ -4,12 +4,13 @@
 # tls-creds-x509 / tls-creds-psk), diskimg's own nbds:// client, and a raw
 # client (nbdraw.py + nbdtls.py) for NBD_OPT_STARTTLS itself.
 #
-# The certificates and keys: tls-pki.bash.  Credential errors and the
-# priority string: tls-creds.bats.
+# The certificates and keys: tls-lib.bash, made by the hooks in
+# tls-server.bash.  Credential errors and the priority string:
+# tls-creds.bats.
 
 load '../helpers'
 load 'lib'
-load 'tls-pki' # and its setup_file, setup and teardown
+load 'tls-server' # and its setup_file, setup and teardown
 
 # ---------------------------------------------------------------------------
 # Real clients, X.509 and PSK
@@ -98,7 +99,7 @@ assert h.pread(4096, 8192) == b"\xa5" * 4096
     require_tool qemu-io qemu-img
     truncate -s 4M "$IMG"
     start_psk
-    local obj="tls-creds-psk,id=tls0,dir=$PKI/alice,username=alice,endpoint=client"
+    local obj="tls-creds-psk,id=tls0,dir=$PKI/psk,username=alice,endpoint=client"
     run qemu-io --object "$obj" --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0" \
         -c 'write -P 0x3c 0 64k' -c 'read -P 0x3c 0 64k'
     assert_success
@@ -224,7 +225,7 @@ EOF
     run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls=maybe --tls-creds="$PKI/server" "$IMG"
     assert_failure 2
     run --separate-stderr "$DISKIMG" serve -k "$SOCK" --tls-creds="$PKI/server" \
-        --tls-psk="$PKI/keys.psk" "$IMG"
+        --tls-psk="$PKI/psk/keys.psk" "$IMG"
     [[ $status -ne 0 ]]
     [[ ! -S $SOCK ]]
 }
@@ -369,16 +370,16 @@ EOF
     # libnbd checks the server's certificate on TCP (host name localhost)
     run nbdinfo --size "nbds://localhost:$PORT/?tls-certificates=$PKI/client1"
     assert_success
-    run nbdinfo --size "nbds://localhost:$PORT/?tls-certificates=$PKI/wrongca"
+    run nbdinfo --size "nbds://localhost:$PORT/?tls-certificates=$PKI/other"
     assert_failure
     assert_output --partial "certificate"
-    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/wrongca,endpoint=client" \
+    run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/other,endpoint=client" \
         --image-opts "driver=nbd,host=localhost,port=$PORT,tls-creds=tls0"
     assert_failure
     run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client" \
         --image-opts "driver=nbd,host=localhost,port=$PORT,tls-creds=tls0"
     assert_success
-    run "$DISKIMG" info --tls-creds="$PKI/wrongca" "nbds://localhost:$PORT/"
+    run "$DISKIMG" info --tls-creds="$PKI/other" "nbds://localhost:$PORT/"
     assert_failure
     run "$DISKIMG" info --tls-creds="$PKI/client1" "nbds://localhost:$PORT/"
     assert_success
@@ -394,11 +395,11 @@ EOF
         start_tls $opt
         run nbdinfo --size "$(x509_uri client1)"
         assert_success
-        run nbdinfo --size "$(x509_uri nocert)"
+        run nbdinfo --size "$(x509_uri anon)"
         assert_failure
         run nbdinfo --size "$(x509_uri foreign)"
         assert_failure
-        run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/nocert,endpoint=client" \
+        run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/anon,endpoint=client" \
             --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0,tls-hostname=localhost"
         assert_failure
         run qemu-img info --object "tls-creds-x509,id=tls0,dir=$PKI/client1,endpoint=client" \
@@ -421,7 +422,7 @@ EOF
     local opt
     for opt in --tls-verify-peer=off --tls-verify-peer=no --tls-verify-peer=false; do
         start_tls "$opt"
-        run nbdinfo --size "$(x509_uri nocert)"
+        run nbdinfo --size "$(x509_uri anon)"
         assert_success
         assert_output 1048576
         run nbdinfo --size "$(x509_uri client1)"
@@ -474,7 +475,7 @@ EOF
     assert_success
     run nbdinfo --size "$(x509_uri client2)"
     assert_failure
-    run nbdinfo --size "$(x509_uri nocert)"
+    run nbdinfo --size "$(x509_uri anon)"
     assert_failure
     stop_server
     grep -q "client '$DN2_ENC' is not in the --tls-authz list" "$SERVER_LOG"
@@ -502,15 +503,15 @@ EOF
     require_tool nbdinfo qemu-img
     truncate -s 1M "$IMG"
     start_psk
-    run nbdinfo --size "$(psk_uri mallory "$PKI/mallory/keys.psk")"
+    run nbdinfo --size "$(psk_uri mallory "$PKI/psk-mallory/keys.psk")"
     assert_failure
-    run nbdinfo --size "$(psk_uri alice "$PKI/alice-wrong/keys.psk")"
+    run nbdinfo --size "$(psk_uri alice "$PKI/psk-wrong/keys.psk")"
     assert_failure
     run qemu-img info \
-        --object "tls-creds-psk,id=tls0,dir=$PKI/mallory,username=mallory,endpoint=client" \
+        --object "tls-creds-psk,id=tls0,dir=$PKI/psk-mallory,username=mallory,endpoint=client" \
         --image-opts "driver=nbd,path=$SOCK,tls-creds=tls0"
     assert_failure
-    run "$DISKIMG" info --tls-psk="$PKI/mallory/keys.psk" "nbds+unix:///?socket=$SOCK"
+    run "$DISKIMG" info --tls-psk="$PKI/psk-mallory/keys.psk" "nbds+unix:///?socket=$SOCK"
     assert_failure
     # no export was opened for any of them, and the server goes on
     run grep -c "opened export" "$SERVER_LOG"
@@ -625,11 +626,11 @@ EOF
     : >"$IMG"
     truncate -s 2M "$IMG"
     start_psk
-    run "$DISKIMG" info --tls-psk="$PKI/keys.psk" --tls-username=bob "nbds+unix:///?socket=$SOCK"
+    run "$DISKIMG" info --tls-psk="$PKI/psk/keys.psk" --tls-username=bob "nbds+unix:///?socket=$SOCK"
     assert_success
     assert_output --partial "2 MiB"
     run "$DISKIMG" convert -q -n -O raw "$TEST_DIR/src.img" "nbds+unix:///?socket=$SOCK" \
-        --tls-psk="$PKI/keys.psk" --tls-username=alice
+        --tls-psk="$PKI/psk/keys.psk" --tls-username=alice
     assert_success
     stop_server
     cmp "$TEST_DIR/src.img" "$IMG"
