@@ -9,16 +9,17 @@
 # (tls.bats covers the server's STARTTLS rules, verify-peer and authz
 # with nbdinfo, nbdsh, qemu and raw clients; tls-creds.bats the
 # credential checks.)
-# Every certificate and key is made by the test, in its own directory.
+# The certificates, keys and PSK files: tls-lib.bash, made once per file.
 
 load '../helpers'
 load 'lib'
+load 'tls-lib'
+
+setup_file() { tls_pki_setup; }
 
 setup() {
     setup_test
     AUX_PIDS=()
-    require_tool certtool psktool
-    make_pki
 }
 
 teardown() {
@@ -29,94 +30,6 @@ teardown() {
     done
     kill_extra_servers
     cleanup_test
-}
-
-# --- credentials ---------------------------------------------------------
-
-# cert_template FILE LINE...: a certtool template, one line per argument.
-cert_template() {
-    local f=$1
-    shift
-    printf '%s\n' "$@" >"$f"
-}
-
-# new_key NAME: $PKI/gen/NAME-key.pem, an ECDSA key (fast), mode 600.
-new_key() {
-    certtool --generate-privkey --key-type=ecdsa --outfile "$PKI/gen/$1-key.pem" >/dev/null 2>&1
-    chmod 600 "$PKI/gen/$1-key.pem"
-}
-
-# sign NAME CA TEMPLATE: $PKI/gen/NAME-cert.pem for NAME's key, signed by CA.
-sign() {
-    certtool --generate-certificate --load-privkey "$PKI/gen/$1-key.pem" \
-        --load-ca-certificate "$PKI/gen/$2-cert.pem" --load-ca-privkey "$PKI/gen/$2-key.pem" \
-        --template "$3" --outfile "$PKI/gen/$1-cert.pem" >/dev/null 2>&1
-}
-
-# self_sign NAME TEMPLATE: a CA certificate.
-self_sign() {
-    certtool --generate-self-signed --load-privkey "$PKI/gen/$1-key.pem" \
-        --template "$2" --outfile "$PKI/gen/$1-cert.pem" >/dev/null 2>&1
-}
-
-# install_dir DIR CA [ROLE NAME]: DIR/ca-cert.pem from CA and, when given,
-# DIR/ROLE-cert.pem and DIR/ROLE-key.pem (ROLE: server or client) from NAME.
-install_dir() {
-    mkdir -p "$1"
-    cp "$PKI/gen/$2-cert.pem" "$1/ca-cert.pem"
-    if [[ $# -ge 4 ]]; then
-        cp "$PKI/gen/$4-cert.pem" "$1/$3-cert.pem"
-        cp "$PKI/gen/$4-key.pem" "$1/$3-key.pem"
-        chmod 600 "$1/$3-key.pem"
-    fi
-}
-
-# make_pki: a CA, a second CA, a server certificate for localhost and
-# 127.0.0.1 and a client certificate (CN=client1) from the CA; PSK files.
-# The directories clients and servers are given:
-#   SRV_PKI     ca-cert.pem server-cert.pem server-key.pem
-#   CLI_PKI     ca-cert.pem client-cert.pem client-key.pem
-#   ANON_PKI    ca-cert.pem only (no client certificate)
-#   OTHER_PKI   the second CA only: does not trust our server
-#   PSK_FILE    alice and bob, in PSK_DIR/keys.psk (where qemu looks);
-#               $PKI/psk-carol/keys.psk: an identity nobody knows
-make_pki() {
-    PKI=$TEST_DIR/pki
-    mkdir -p "$PKI/gen" "$PKI/tmpl"
-    local t=$PKI/tmpl k
-    cert_template "$t/ca" 'cn = "diskimg test CA"' ca cert_signing_key 'expiration_days = 30'
-    cert_template "$t/ca2" 'cn = "some other CA"' ca cert_signing_key 'expiration_days = 30'
-    cert_template "$t/server" 'organization = "diskimg tests"' 'cn = "localhost"' \
-        'dns_name = "localhost"' 'ip_address = "127.0.0.1"' tls_www_server encryption_key \
-        signing_key 'expiration_days = 30'
-    cert_template "$t/client1" 'cn = "client1"' tls_www_client encryption_key signing_key \
-        'expiration_days = 30'
-    for k in ca ca2 server client1; do
-        new_key "$k"
-    done
-    self_sign ca "$t/ca"
-    self_sign ca2 "$t/ca2"
-    sign server ca "$t/server"
-    sign client1 ca "$t/client1"
-
-    SRV_PKI=$PKI/server
-    CLI_PKI=$PKI/client
-    ANON_PKI=$PKI/anon
-    OTHER_PKI=$PKI/other
-    install_dir "$SRV_PKI" ca server server
-    install_dir "$CLI_PKI" ca client client1
-    install_dir "$ANON_PKI" ca
-    install_dir "$OTHER_PKI" ca2
-    [[ -s "$SRV_PKI/server-cert.pem" && -s "$CLI_PKI/client-cert.pem" && -s "$OTHER_PKI/ca-cert.pem" ]]
-
-    PSK_DIR=$PKI/psk
-    PSK_FILE=$PSK_DIR/keys.psk
-    mkdir -p "$PSK_DIR" "$PKI/psk-carol"
-    psktool -u alice -p "$PSK_FILE" >/dev/null
-    psktool -u bob -p "$PSK_FILE" >/dev/null
-    psktool -u carol -p "$PKI/psk-carol/keys.psk" >/dev/null
-    chmod 600 "$PSK_FILE" "$PKI/psk-carol/keys.psk"
-    [[ $(grep -c : "$PSK_FILE") -eq 2 ]]
 }
 
 # x509_uri DIR [SOCKET]: an nbds+unix URI with the credentials in it.
@@ -156,9 +69,9 @@ log_lines() {
     # new.img differs from a.img: the pattern shifted by 4 KiB
     dd if="$TEST_DIR/orig.img" of="$TEST_DIR/new.img" bs=4096 skip=1 status=none
     truncate -s 4194304 "$TEST_DIR/new.img"
-    start_server -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    start_server -t -e 0 --tls-creds="$PKI/server" "$TEST_DIR/a.img"
     local turi bare="nbds+unix:///?socket=$SOCK"
-    turi=$(x509_uri "$CLI_PKI")
+    turi=$(x509_uri "$PKI/client1")
 
     # credentials in the URI ...
     run "$DISKIMG" info "$turi"
@@ -170,14 +83,14 @@ log_lines() {
     run "$DISKIMG" compare -q "$turi" "$TEST_DIR/new.img"
     [[ $status -eq 1 ]]
     # ... or as options
-    run "$DISKIMG" convert -n "$TEST_DIR/new.img" "$bare" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" convert -n "$TEST_DIR/new.img" "$bare" --tls-creds="$PKI/client1"
     assert_success
-    run "$DISKIMG" compare "$bare" "$TEST_DIR/new.img" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" compare "$bare" "$TEST_DIR/new.img" --tls-creds="$PKI/client1"
     assert_success
     run "$DISKIMG" convert -O raw "$turi" "$TEST_DIR/out.img"
     assert_success
     cmp "$TEST_DIR/out.img" "$TEST_DIR/new.img"
-    run "$DISKIMG" bench -c 200 -d 8 --output=json "$bare" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" bench -c 200 -d 8 --output=json "$bare" --tls-creds="$PKI/client1"
     assert_success
     assert_output --partial '"requests": 200'
     # an nbds:// URI without credentials: the client says what is missing
@@ -197,25 +110,25 @@ log_lines() {
 
 @test "diskimg client over PSK: --tls-psk/--tls-username, and tls-psk-file=/tls-username= in the URI" {
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server -t -e 0 --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
+    start_server -t -e 0 --tls-psk="$PKI/psk/keys.psk" "$TEST_DIR/a.img"
     local bare="nbds+unix:///?socket=$SOCK"
 
-    run "$DISKIMG" info "$bare" --tls-psk="$PSK_FILE" --tls-username=bob
+    run "$DISKIMG" info "$bare" --tls-psk="$PKI/psk/keys.psk" --tls-username=bob
     assert_success
     assert_output --partial "virtual size: 1 MiB"
     # (-U: a.img is the file the server has open for writing)
-    run "$DISKIMG" compare -U "$bare&tls-psk-file=$PSK_FILE&tls-username=alice" "$TEST_DIR/a.img"
+    run "$DISKIMG" compare -U "$bare&tls-psk-file=$PKI/psk/keys.psk&tls-username=alice" "$TEST_DIR/a.img"
     assert_success
     # without --tls-username: the file's first identity (alice)
     make_pattern "$TEST_DIR/src.img" 1048576
     dd if=/dev/zero of="$TEST_DIR/src.img" bs=4096 count=1 conv=notrunc status=none
-    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-psk="$PSK_FILE"
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-psk="$PKI/psk/keys.psk"
     assert_success
     # an identity the server does not know
-    run "$DISKIMG" info "$bare" --tls-psk="$PKI/psk-carol/keys.psk"
+    run "$DISKIMG" info "$bare" --tls-psk="$PKI/psk-mallory/keys.psk"
     assert_failure
     # a --tls-username that is not in the file: refused by the client
-    run "$DISKIMG" info "$bare" --tls-psk="$PSK_FILE" --tls-username=dave
+    run "$DISKIMG" info "$bare" --tls-psk="$PKI/psk/keys.psk" --tls-username=dave
     assert_failure
     assert_output --partial "dave"
 
@@ -223,14 +136,14 @@ log_lines() {
     cmp "$TEST_DIR/a.img" "$TEST_DIR/src.img"
     grep -q "over TLS as bob" "$SERVER_LOG"
     grep -q "over TLS as alice" "$SERVER_LOG"
-    run ! grep -q "over TLS as carol" "$SERVER_LOG"
+    run ! grep -q "over TLS as mallory" "$SERVER_LOG"
 }
 
 @test "diskimg client: libnbd's user@ form of a PSK URI (nbds+unix://bob@/?socket=...)" {
     require_tool nbdinfo
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server -t -e 0 --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
-    local uri="nbds+unix://bob@/?socket=$SOCK&tls-psk-file=$PSK_FILE"
+    start_server -t -e 0 --tls-psk="$PKI/psk/keys.psk" "$TEST_DIR/a.img"
+    local uri="nbds+unix://bob@/?socket=$SOCK&tls-psk-file=$PKI/psk/keys.psk"
 
     # libnbd takes the PSK identity from the URI's user part ...
     run nbdinfo --size "$uri"
@@ -245,15 +158,15 @@ log_lines() {
 
 @test "diskimg client with a client certificate: accepted by --tls-verify-peer, refused without one" {
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server -t -e 0 --tls-creds="$SRV_PKI" --tls-verify-peer "$TEST_DIR/a.img"
-    run "$DISKIMG" info "nbds+unix:///?socket=$SOCK" --tls-creds="$ANON_PKI"
+    start_server -t -e 0 --tls-creds="$PKI/server" --tls-verify-peer "$TEST_DIR/a.img"
+    run "$DISKIMG" info "nbds+unix:///?socket=$SOCK" --tls-creds="$PKI/anon"
     assert_failure
     assert_output --partial "the NBD server requires a client certificate"
     assert_output --partial "no client-cert.pem"
     run ! grep -q "opened export" "$SERVER_LOG"
-    run "$DISKIMG" compare -U "$(x509_uri "$CLI_PKI")" "$TEST_DIR/a.img" # (a.img is served)
+    run "$DISKIMG" compare -U "$(x509_uri "$PKI/client1")" "$TEST_DIR/a.img" # (a.img is served)
     assert_success
-    grep -q "opened export '' over TLS as CN=client1" "$SERVER_LOG"
+    grep -q "opened export '' over TLS as O=diskimg tests,CN=client1" "$SERVER_LOG"
 }
 
 # --- against nbdkit and qemu-nbd ---------------------------------------------
@@ -263,17 +176,17 @@ log_lines() {
     make_pattern "$TEST_DIR/src.img" 16777216
     local ksock=$TEST_DIR/nbdkit.sock klog=$TEST_DIR/nbdkit.log
     start_aux "$ksock" "$klog" nbdkit -f -U "$ksock" --tls=require \
-        --tls-certificates="$SRV_PKI" memory 16M
+        --tls-certificates="$PKI/server" memory 16M
     local bare="nbds+unix:///?socket=$ksock"
 
-    run "$DISKIMG" info "$bare&tls-certificates=$ANON_PKI"
+    run "$DISKIMG" info "$bare&tls-certificates=$PKI/anon"
     assert_success
     assert_output --partial "virtual size: 16 MiB"
-    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$ANON_PKI"
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$PKI/anon"
     assert_success
-    run "$DISKIMG" compare "$bare" "$TEST_DIR/src.img" --tls-creds="$ANON_PKI"
+    run "$DISKIMG" compare "$bare" "$TEST_DIR/src.img" --tls-creds="$PKI/anon"
     assert_success
-    run "$DISKIMG" convert -O raw "$bare&tls-certificates=$ANON_PKI" "$TEST_DIR/out.img"
+    run "$DISKIMG" convert -O raw "$bare&tls-certificates=$PKI/anon" "$TEST_DIR/out.img"
     assert_success
     cmp "$TEST_DIR/src.img" "$TEST_DIR/out.img"
     # nbdkit refuses a plaintext client, and the client says why
@@ -281,21 +194,21 @@ log_lines() {
     assert_failure
     assert_output --partial "TLS"
     # a client that does not trust nbdkit's certificate gives up
-    run "$DISKIMG" info "$bare" --tls-creds="$OTHER_PKI"
+    run "$DISKIMG" info "$bare" --tls-creds="$PKI/other"
     assert_failure
 
     # PSK
     local psock=$TEST_DIR/nbdkit-psk.sock
-    start_aux "$psock" "$klog" nbdkit -f -U "$psock" --tls=require --tls-psk="$PSK_FILE" \
+    start_aux "$psock" "$klog" nbdkit -f -U "$psock" --tls=require --tls-psk="$PKI/psk/keys.psk" \
         memory 1M
     head -c 1048576 "$TEST_DIR/src.img" >"$TEST_DIR/src1.img"
     run "$DISKIMG" convert -n "$TEST_DIR/src1.img" "nbds+unix:///?socket=$psock" \
-        --tls-psk="$PSK_FILE" --tls-username=bob
+        --tls-psk="$PKI/psk/keys.psk" --tls-username=bob
     assert_success
-    run "$DISKIMG" compare "nbds+unix:///?socket=$psock&tls-psk-file=$PSK_FILE&tls-username=alice" \
+    run "$DISKIMG" compare "nbds+unix:///?socket=$psock&tls-psk-file=$PKI/psk/keys.psk&tls-username=alice" \
         "$TEST_DIR/src1.img"
     assert_success
-    run "$DISKIMG" info "nbds+unix:///?socket=$psock" --tls-psk="$PKI/psk-carol/keys.psk"
+    run "$DISKIMG" info "nbds+unix:///?socket=$psock" --tls-psk="$PKI/psk-mallory/keys.psk"
     assert_failure
 }
 
@@ -306,28 +219,28 @@ log_lines() {
     local qsock=$TEST_DIR/qemu.sock qlog=$TEST_DIR/qemu-nbd.log
     # qemu's server credentials verify the client by default (verify-peer=on)
     start_aux "$qsock" "$qlog" qemu-nbd \
-        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$SRV_PKI" --tls-creds tls0 \
+        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$PKI/server" --tls-creds tls0 \
         -k "$qsock" -f raw -t -e 8 "$TEST_DIR/b.img"
     local bare="nbds+unix:///?socket=$qsock"
 
-    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" convert -n "$TEST_DIR/src.img" "$bare" --tls-creds="$PKI/client1"
     assert_success
-    run "$DISKIMG" compare "$bare&tls-certificates=$CLI_PKI" "$TEST_DIR/src.img"
+    run "$DISKIMG" compare "$bare&tls-certificates=$PKI/client1" "$TEST_DIR/src.img"
     assert_success
-    run "$DISKIMG" info "$bare" --tls-creds="$CLI_PKI"
+    run "$DISKIMG" info "$bare" --tls-creds="$PKI/client1"
     assert_success
     assert_output --partial "virtual size: 4 MiB"
     # no client certificate: qemu-nbd refuses it
-    run "$DISKIMG" info "$bare" --tls-creds="$ANON_PKI"
+    run "$DISKIMG" info "$bare" --tls-creds="$PKI/anon"
     assert_failure
     cmp "$TEST_DIR/src.img" "$TEST_DIR/b.img"
 
     local psock=$TEST_DIR/qemu-psk.sock
     start_aux "$psock" "$qlog" qemu-nbd \
-        --object "tls-creds-psk,id=tls1,endpoint=server,dir=$PSK_DIR" --tls-creds tls1 \
+        --object "tls-creds-psk,id=tls1,endpoint=server,dir=$PKI/psk" --tls-creds tls1 \
         -k "$psock" -f raw -t -e 8 "$TEST_DIR/b.img"
     run "$DISKIMG" compare "nbds+unix:///?socket=$psock" "$TEST_DIR/src.img" \
-        --tls-psk="$PSK_FILE" --tls-username=bob
+        --tls-psk="$PKI/psk/keys.psk" --tls-username=bob
     assert_success
 }
 
@@ -337,27 +250,27 @@ log_lines() {
     local qsock=$TEST_DIR/qemu.sock qlog=$TEST_DIR/qemu-nbd.log
     truncate -s 1M "$TEST_DIR/b.img"
     start_aux "$ksock" "$klog" nbdkit -f -U "$ksock" --tls=require \
-        --tls-certificates="$SRV_PKI" memory 1M
+        --tls-certificates="$PKI/server" memory 1M
     start_aux "$qsock" "$qlog" qemu-nbd \
-        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$SRV_PKI" --tls-creds tls0 \
+        --object "tls-creds-x509,id=tls0,endpoint=server,dir=$PKI/server" --tls-creds tls0 \
         -k "$qsock" -f raw -t "$TEST_DIR/b.img"
 
     # libnbd's goodbye (NBD_CMD_DISC inside the TLS session) makes neither
     # server log anything: the check below tells a clean disconnect from
     # a broken one
-    run nbdinfo --size "$(x509_uri "$ANON_PKI" "$ksock")"
+    run nbdinfo --size "$(x509_uri "$PKI/anon" "$ksock")"
     assert_success
-    run nbdinfo --size "$(x509_uri "$CLI_PKI" "$qsock")"
+    run nbdinfo --size "$(x509_uri "$PKI/client1" "$qsock")"
     assert_success
 
-    run "$DISKIMG" info "$(x509_uri "$ANON_PKI" "$ksock")"
+    run "$DISKIMG" info "$(x509_uri "$PKI/anon" "$ksock")"
     assert_success
-    run "$DISKIMG" info "$(x509_uri "$CLI_PKI" "$qsock")"
+    run "$DISKIMG" info "$(x509_uri "$PKI/client1" "$qsock")"
     assert_success
     # (no timing here: each server logs the connection's end before it
     # serves the next one, and a last nbdinfo goes through both)
-    run nbdinfo --size "$(x509_uri "$ANON_PKI" "$ksock")"
-    run nbdinfo --size "$(x509_uri "$CLI_PKI" "$qsock")"
+    run nbdinfo --size "$(x509_uri "$PKI/anon" "$ksock")"
+    run nbdinfo --size "$(x509_uri "$PKI/client1" "$qsock")"
     sleep 0.2
     if [[ -s "$klog" || -s "$qlog" ]]; then
         echo "nbdkit:" >&2
@@ -373,44 +286,44 @@ log_lines() {
 @test "TCP 127.0.0.1: the certificate's IP address is verified; another CA or a wrong tls-hostname is refused" {
     require_tool nbdinfo qemu-img
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    start_server_tcp 127.0.0.1 -t -e 0 --tls-creds="$PKI/server" "$TEST_DIR/a.img"
     local turi="nbds://127.0.0.1:$PORT/"
     local qobj="tls-creds-x509,id=tls0,endpoint=client,dir="
     local qopts="driver=nbd,host=127.0.0.1,port=$PORT,tls-creds=tls0"
 
-    run nbdinfo --size "$turi?tls-certificates=$CLI_PKI"
+    run nbdinfo --size "$turi?tls-certificates=$PKI/client1"
     assert_success
     assert_output 1048576
-    run qemu-img info --object "$qobj$CLI_PKI" --image-opts "$qopts"
+    run qemu-img info --object "$qobj$PKI/client1" --image-opts "$qopts"
     assert_success
-    run "$DISKIMG" compare -U "$turi" "$TEST_DIR/a.img" --tls-creds="$CLI_PKI" # (a.img is served)
+    run "$DISKIMG" compare -U "$turi" "$TEST_DIR/a.img" --tls-creds="$PKI/client1" # (a.img is served)
     assert_success
-    run "$DISKIMG" info "$turi?tls-certificates=$CLI_PKI&tls-hostname=localhost"
+    run "$DISKIMG" info "$turi?tls-certificates=$PKI/client1&tls-hostname=localhost"
     assert_success
 
     # a name the certificate does not carry
-    run "$DISKIMG" info "$turi?tls-certificates=$CLI_PKI&tls-hostname=wrong.example"
+    run "$DISKIMG" info "$turi?tls-certificates=$PKI/client1&tls-hostname=wrong.example"
     assert_failure
-    run qemu-img info --object "$qobj$CLI_PKI" --image-opts "$qopts,tls-hostname=wrong.example"
+    run qemu-img info --object "$qobj$PKI/client1" --image-opts "$qopts,tls-hostname=wrong.example"
     assert_failure
     # a CA that did not sign the server's certificate
-    run nbdinfo --size "$turi?tls-certificates=$OTHER_PKI"
+    run nbdinfo --size "$turi?tls-certificates=$PKI/other"
     assert_failure
-    run qemu-img info --object "$qobj$OTHER_PKI" --image-opts "$qopts"
+    run qemu-img info --object "$qobj$PKI/other" --image-opts "$qopts"
     assert_failure
-    run "$DISKIMG" info "$turi" --tls-creds="$OTHER_PKI"
+    run "$DISKIMG" info "$turi" --tls-creds="$PKI/other"
     assert_failure
     assert_output --partial "certificate"
 
     # over a unix socket (no name to check) diskimg still checks the CA
     # (a second server needs its own image: the first one writes a.img)
     cp "$TEST_DIR/a.img" "$TEST_DIR/b.img"
-    start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$SRV_PKI" "$TEST_DIR/b.img"
-    run "$DISKIMG" info "$(x509_uri "$OTHER_PKI" "$TEST_DIR/u.sock")"
+    start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$PKI/server" "$TEST_DIR/b.img"
+    run "$DISKIMG" info "$(x509_uri "$PKI/other" "$TEST_DIR/u.sock")"
     assert_failure
-    run "$DISKIMG" info "$(x509_uri "$CLI_PKI" "$TEST_DIR/u.sock")&tls-hostname=wrong.example"
+    run "$DISKIMG" info "$(x509_uri "$PKI/client1" "$TEST_DIR/u.sock")&tls-hostname=wrong.example"
     assert_failure
-    run "$DISKIMG" info "$(x509_uri "$CLI_PKI" "$TEST_DIR/u.sock")"
+    run "$DISKIMG" info "$(x509_uri "$PKI/client1" "$TEST_DIR/u.sock")"
     assert_success
 }
 
@@ -418,9 +331,9 @@ log_lines() {
 
 @test "garbage or silence instead of a TLS handshake: a client with reads in flight is not disturbed" {
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server -t -e 0 --handshake-limit=2 --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    start_server -t -e 0 --handshake-limit=2 --tls-creds="$PKI/server" "$TEST_DIR/a.img"
 
-    run py "$SOCK" "$TEST_DIR/a.img" "$CLI_PKI" <<'EOF'
+    run py "$SOCK" "$TEST_DIR/a.img" "$PKI/client1" <<'EOF'
 import struct
 import sys
 import nbd
@@ -508,9 +421,9 @@ EOF
     # and what the socket holds, or a client that reads no reply until it
     # has sent them all could block.
     make_pattern "$TEST_DIR/a.img" 8388608
-    start_server -t -e 0 -f raw --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    start_server -t -e 0 -f raw --tls-creds="$PKI/server" "$TEST_DIR/a.img"
 
-    run py "$SOCK" "$TEST_DIR/a.img" "$CLI_PKI" <<'EOF'
+    run py "$SOCK" "$TEST_DIR/a.img" "$PKI/client1" <<'EOF'
 import random
 import sys
 import time
@@ -585,12 +498,12 @@ EOF
     require_tool nbdsh
     truncate -s 1M "$TEST_DIR/a.img"
     # (-f raw: a guessed format adds a start-up warning to the log)
-    start_server -t -f raw --tls-psk="$PSK_FILE" "$TEST_DIR/a.img"
-    export PSK_FILE SOCK
+    start_server -t -f raw --tls-psk="$PKI/psk/keys.psk" "$TEST_DIR/a.img"
+    export SOCK
     run nbdsh -c '
 import os
 h.set_tls(nbd.TLS_REQUIRE)
-h.set_tls_psk_file(os.environ["PSK_FILE"])
+h.set_tls_psk_file(os.environ["PKI"] + "/psk/keys.psk")
 h.set_tls_username("bob")
 h.connect_unix(os.environ["SOCK"])
 h.pread(512, 0)
