@@ -11,6 +11,7 @@
 load '../helpers'
 load 'lib'
 load 'nbd-servers'
+load 'tls-lib'
 
 setup() { setup_test; }
 teardown() {
@@ -292,28 +293,10 @@ conns_of() {
     [[ ! -e "$TEST_DIR/o.raw" ]]
 }
 
-# make_x509 DIR: a CA and a server certificate (certtool) in DIR, named as
-# nbdkit --tls-certificates wants them.
-make_x509() {
-    local d=$1
-    mkdir -p "$d"
-    certtool --generate-privkey --key-type=ecdsa --outfile "$d/ca-key.pem" 2>/dev/null
-    printf 'cn = diskimg test CA\nca\ncert_signing_key\nexpiration_days = 2\n' >"$d/ca.info"
-    certtool --generate-self-signed --load-privkey "$d/ca-key.pem" --template "$d/ca.info" \
-        --outfile "$d/ca-cert.pem" 2>/dev/null
-    certtool --generate-privkey --key-type=ecdsa --outfile "$d/server-key.pem" 2>/dev/null
-    printf 'organization = diskimg\ncn = localhost\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' \
-        >"$d/server.info"
-    certtool --generate-certificate --load-ca-certificate "$d/ca-cert.pem" \
-        --load-ca-privkey "$d/ca-key.pem" --load-privkey "$d/server-key.pem" \
-        --template "$d/server.info" --outfile "$d/server-cert.pem" 2>/dev/null
-    [[ -s "$d/server-cert.pem" ]]
-}
-
 @test "an X.509 TLS-only server (certtool certificates): plain URIs fail at once, naming TLS" {
     require_tool nbdkit certtool
-    make_x509 "$TEST_DIR/pki"
-    start_nbdkit "$TEST_DIR/t.sock" --tls=require --tls-certificates="$TEST_DIR/pki" memory 1M
+    make_server_pki "$TEST_DIR/pki"
+    start_nbdkit "$TEST_DIR/t.sock" --tls=require --tls-certificates="$TEST_DIR/pki/server" memory 1M
     truncate -s 1M "$TEST_DIR/e.raw"
     local uri
     uri=$(unix_uri "$TEST_DIR/t.sock")

@@ -12,6 +12,7 @@
 load '../helpers'
 load 'lib'
 load 'nbd-servers'
+load 'tls-lib'
 
 setup() { setup_test; }
 teardown() {
@@ -322,15 +323,9 @@ exercise() {
     done
 }
 
-# psk_for DIR: a PSK file DIR/keys.psk (user alice) for nbdkit, qemu-nbd and us.
-psk_for() {
-    mkdir -p "$1"
-    psktool -u alice -p "$1/keys.psk" >/dev/null
-}
-
 @test "a TLS-only server (nbdkit --tls=require, qemu-nbd tls-creds): plain nbd:// fails at once with a clear error" {
     require_tool nbdkit qemu-nbd psktool
-    psk_for "$TEST_DIR/psk"
+    tls_psk "$TEST_DIR/psk/keys.psk" alice >/dev/null
     # (c.raw, the local image, is not e.raw: qemu-nbd's lock keeps readers out of that)
     truncate -s 1M "$TEST_DIR/e.raw" "$TEST_DIR/c.raw"
     start_nbdkit "$TEST_DIR/k.sock" --tls=require --tls-psk="$TEST_DIR/psk/keys.psk" memory 1M
@@ -357,7 +352,7 @@ psk_for() {
 
 @test "nbds:// to nbdkit and qemu-nbd with PSK: works, and the session ends cleanly (no TLS errors on the server)" {
     require_tool nbdkit qemu-nbd psktool
-    psk_for "$TEST_DIR/psk"
+    tls_psk "$TEST_DIR/psk/keys.psk" alice >/dev/null
     head -c $MiB /dev/urandom >"$TEST_DIR/src.raw"
     truncate -s 1M "$TEST_DIR/e.raw"
     start_nbdkit "$TEST_DIR/k.sock" --tls=require --tls-psk="$TEST_DIR/psk/keys.psk" memory 1M
