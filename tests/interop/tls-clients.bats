@@ -311,9 +311,11 @@ log_lines() {
     assert_failure
     run qemu-img info --object "$qobj$PKI/other" --image-opts "$qopts"
     assert_failure
+    # (other/ has no client certificate either, which the server would
+    # refuse: the message tells the causes apart)
     run "$DISKIMG" info "$turi" --tls-creds="$PKI/other"
     assert_failure
-    assert_output --partial "certificate"
+    assert_output --partial "(unknown CA)"
 
     # over a unix socket (no name to check) diskimg still checks the CA
     # (a second server needs its own image: the first one writes a.img)
@@ -321,6 +323,7 @@ log_lines() {
     start_extra_server "$TEST_DIR/u.sock" -t -e 0 --tls-creds="$PKI/server" "$TEST_DIR/b.img"
     run "$DISKIMG" info "$(x509_uri "$PKI/other" "$TEST_DIR/u.sock")"
     assert_failure
+    assert_output --partial "(unknown CA)"
     run "$DISKIMG" info "$(x509_uri "$PKI/client1" "$TEST_DIR/u.sock")&tls-hostname=wrong.example"
     assert_failure
     run "$DISKIMG" info "$(x509_uri "$PKI/client1" "$TEST_DIR/u.sock")"
