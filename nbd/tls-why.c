@@ -352,7 +352,10 @@ int nbd_tls_why_record(struct nbd_tls_session *ts, ssize_t gerr, bool sending)
         gerr == GNUTLS_E_PREMATURE_TERMINATION) {
         return peer_gone(ts, sending ? EPIPE : ECONNRESET, "after the TLS handshake");
     }
-    return err_setx(sending ? EPIPE : ECONNRESET, "TLS: %s: %s", sending ? "sending" : "receiving",
+    /* Anything else received is a record the peer should not have sent
+     * (a forged or damaged record, too many key updates): a protocol
+     * violation, which the server logs, unlike a peer that just left. */
+    return err_setx(sending ? EPIPE : EPROTO, "TLS: %s: %s", sending ? "sending" : "receiving",
                     gnutls_strerror((int)gerr));
 }
 

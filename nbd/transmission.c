@@ -36,6 +36,17 @@ static bool nbd_any_meta(const struct nbd_conn *c)
     return false;
 }
 
+/* The result r of reading the connection, logged when it failed in a way
+ * worth a line: a client that left is not, a TLS record it should not
+ * have sent is (the TLS layer says EPROTO, and why).  Returns r. */
+static int read_noted(int r)
+{
+    if (r == -EPROTO) {
+        log_error("%s, closing the connection", err_msg());
+    }
+    return r;
+}
+
 /* Reads one request and its payload.  Caller holds read_lock.  Returns
  * <0 when the connection must end, else 0 with the stream in sync and in
  * *verdict 0 (run the request) or the -errno to answer it with instead,
@@ -58,7 +69,7 @@ int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload, 
     *payload = NULL;
     *verdict = 0;
     if (r < 0) {
-        return r;
+        return read_noted(r);
     }
     *start_ns = clock_ns();
     r = nbd_request_decode(hdr, &lim, req);
@@ -68,7 +79,7 @@ int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload, 
     }
     if (r < 0) {
         *verdict = r;
-        return nbd_conn_discard(c, req->payload_len);
+        return read_noted(nbd_conn_discard(c, req->payload_len));
     }
     if (req->payload_len == 0) {
         return 0;
@@ -77,9 +88,9 @@ int nbd_read_request(struct nbd_worker *w, struct nbd_req *req, void **payload, 
     if (!*payload) {
         *verdict = err_setx(ENOMEM, "%s: no memory for %" PRIu32 " bytes", nbd_cmd_name(req->type),
                             req->payload_len);
-        return nbd_conn_discard(c, req->payload_len);
+        return read_noted(nbd_conn_discard(c, req->payload_len));
     }
-    return nbd_conn_recv(c, *payload, req->payload_len);
+    return read_noted(nbd_conn_recv(c, *payload, req->payload_len));
 }
 
 /* Append one extent, merging it into the previous one when the status is

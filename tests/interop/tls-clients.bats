@@ -495,6 +495,69 @@ EOF
     ! log_lines | grep -i -e error -e failed -e warning
 }
 
+@test "log: a damaged TLS record and a key-update flood are logged with the reason" {
+    # TLS record errors other than a client leaving were never logged: the
+    # operator saw only "closed".  A forged record must fail GnuTLS's
+    # integrity check; GnuTLS allows a client 8 key updates a second.
+    make_pattern "$TEST_DIR/a.img" 1048576
+    start_server -t -f raw --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+
+    run py "$SOCK" "$CLI_PKI" <<'EOF'
+import os
+import sys
+import nbdraw as n
+import nbdtls
+import gnutlsku
+
+sock, pki = sys.argv[1:3]
+
+def session(wrap):
+    c = n.connect(sock)
+    c.greeting()
+    c.send_client_flags()
+    wrap(c)
+    assert c.go(b"") == n.REP_ACK
+    assert c.read(0, 4096).error == 0
+    return c
+
+def closed(c):
+    try:
+        return c.sock.recv(1) == b""
+    except (OSError, gnutlsku.Error):
+        return True
+
+# an application-data record that no key produced, under the TLS layer
+c = session(lambda c: nbdtls.starttls(c, pki))
+os.write(c.sock.fileno(), b"\x17\x03\x03\x00\x40" + bytes(64))
+assert closed(c), "a forged record did not end the connection"
+
+def tls13(c):
+    rtype, _ = c.option(n.OPT_STARTTLS)
+    assert rtype == n.REP_ACK, "%#x" % rtype
+    c.sock = gnutlsku.Session(c.sock, pki)
+    assert c.sock.is_tls13(), "TLS 1.3 was not negotiated"
+
+c = session(tls13)
+try:
+    for _ in range(12):
+        c.sock.key_update()
+except gnutlsku.Error:
+    pass  # the server has closed
+assert closed(c), "12 key updates at once did not end the connection"
+
+# the server serves on
+c = session(lambda c: nbdtls.starttls(c, pki))
+c.disconnect()
+EOF
+    assert_success
+    stop_server
+    [[ $SERVER_STATUS -eq 0 ]]
+    run log_lines
+    assert_line --partial "TLS: receiving: Decryption has failed., closing the connection"
+    assert_line --partial "TLS: receiving: Too many handshake packets have been received., closing the connection"
+    [[ $(log_lines | grep -c "closed export") -eq 3 ]]
+}
+
 # --- logs ----------------------------------------------------------------------
 
 @test "log: a TLS client gives one 'opened ... over TLS as ID' line and one 'closed' line" {
