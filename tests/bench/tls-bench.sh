@@ -3,7 +3,7 @@
 # the same X.509 credentials, on the same image, over unix sockets.
 #
 # Usage: tls-bench.sh [-s SIZE] [-t SEC] [-r ROUNDS] [-q] [-k] [-b DISKIMG] [-B DISKIMG]
-#                     [-p PEERS] [-d DIR]
+#                     [-p PEERS] [-w WORKLOADS] [-d DIR]
 #   -s SIZE    image size (default 1G; random data, so no zero shortcut)
 #   -t SEC     seconds per workload (default 10)
 #   -r N       interleaved rounds (default 3)
@@ -13,6 +13,8 @@
 #   -B PATH    another diskimg build to compare with (config "before"), in
 #              the same rounds: for a before/after of a change
 #   -p PEERS   the peers to run, space-separated (default "qemu-nbd nbdkit")
+#   -w WLS     the workloads to run, space-separated (default all below):
+#              more rounds of one row in the same time, for a before/after
 #   -d DIR     scratch directory (default /var/tmp/diskimg-tls-bench)
 #
 # Configs: diskimg (serve --tls-creds), qemu-nbd (--object tls-creds-x509),
@@ -43,18 +45,25 @@ PY=/usr/bin/python3
 CLIENT=$HERE/nbd-fua-client.py
 DISKIMG=${DISKIMG:-$SRCROOT/build/cmd/diskimg}
 SIZE=1G RUNTIME=10 ROUNDS=3 KEEP=0 DIR=/var/tmp/diskimg-tls-bench BASEBIN="" PEERS="qemu-nbd nbdkit"
+WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16 randread-4k-qd1 write-4k-qd1)
 
-while getopts "s:t:r:qkb:B:p:d:h" opt; do
+while getopts "s:t:r:qkb:B:p:w:d:h" opt; do
   case $opt in
     s) SIZE=$OPTARG ;; t) RUNTIME=$OPTARG ;; r) ROUNDS=$OPTARG ;;
     q) SIZE=64M RUNTIME=1 ROUNDS=1 ;; k) KEEP=1 ;; b) DISKIMG=$OPTARG ;; d) DIR=$OPTARG ;;
-    B) BASEBIN=$OPTARG ;; p) PEERS=$OPTARG ;;
+    B) BASEBIN=$OPTARG ;; p) PEERS=$OPTARG ;; w) read -ra WORKLOADS <<<"$OPTARG" ;;
     h) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
   esac
 done
 for p in $PEERS; do
   case $p in qemu-nbd | nbdkit) ;; *) echo "tls-bench: unknown peer $p" >&2; exit 2 ;; esac
+done
+for w in "${WORKLOADS[@]}"; do
+  case $w in
+    seqread-1m-qd8 | seqwrite-1m-qd8 | randread-4k-qd16 | randread-4k-qd1 | write-4k-qd1) ;;
+    *) echo "tls-bench: unknown workload $w" >&2; exit 2 ;;
+  esac
 done
 
 for t in certtool qemu-nbd nbdkit qemu-img "$PY"; do
@@ -140,7 +149,6 @@ run_workload() { # WORKLOAD URI -> value
     client_value
 }
 
-WORKLOADS=(seqread-1m-qd8 seqwrite-1m-qd8 randread-4k-qd16 randread-4k-qd1 write-4k-qd1)
 TSV=$DIR/results.tsv
 printf 'round\tconfig\tworkload\tvalue\n' >"$TSV"
 # One copy of the image per config, made once before the first round:
