@@ -16,7 +16,11 @@ static __thread char err_buf[ERR_MSG_MAX];
 /* Store "head<sep>tail" in err_buf.  When it does not fit, the middle
  * goes: the start names the object the user asked about and the end is
  * the cause (prefixes pile up in front of it, strerror comes last), so
- * both stay.  Cuts never split a UTF-8 sequence. */
+ * both stay.  Cuts never split a UTF-8 sequence.  The whole text is
+ * neutralised before it is cut: the cut then sees valid UTF-8 and moves
+ * by at most three bytes, where a hostile name of stray continuation
+ * bytes would otherwise walk it back over the whole head or forward over
+ * the whole tail. */
 static void err_store(const char *head, const char *sep, const char *tail)
 {
     size_t hl = strlen(head), sl = strlen(sep), tl = strlen(tail);
@@ -32,6 +36,7 @@ static void err_store(const char *head, const char *sep, const char *tail)
     char whole[3 * ERR_MSG_MAX + 8]; /* head < 2 * MAX, tail < MAX */
     int n = snprintf(whole, sizeof whole, "%s%s%s", head, sep, tail);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof whole ? (size_t)n : sizeof whole - 1;
+    str_neutralise(whole);
     size_t keep_head = (sizeof err_buf - 1) / 3;
     size_t keep_tail = sizeof err_buf - 1 - keep_head - el;
 
@@ -51,8 +56,9 @@ static void err_store(const char *head, const char *sep, const char *tail)
  * Strings from images and peers are escaped where they are quoted
  * (common/escape.h); this catches any that were not: C0 and C1 controls,
  * DEL and every byte of invalid UTF-8 become '?', valid UTF-8 and text
- * already escaped stay as they are.  In place and length-preserving, so
- * it runs after err_store's cut and again over a prefixed message. */
+ * already escaped stay as they are.  In place and length-preserving; it
+ * runs over every stored message, since err_store neutralises only a
+ * text it has to cut, and a prefix can arrive with raw bytes. */
 static void err_neutralise(void)
 {
     str_neutralise(err_buf);

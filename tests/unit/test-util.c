@@ -417,6 +417,35 @@ static void test_error_not_utf8(void)
     err_clear();
 }
 
+/* A long message of stray continuation bytes is cut like any other:
+ * the cut must not walk over them and lose the head or the tail. */
+static void test_error_cut_not_utf8(void)
+{
+    char name[1600];
+    const char *tail = strerror(ENOENT);
+    size_t len;
+
+    memset(name, 0x80, sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    err_set(ENOENT, "front %s back", name);
+    len = strlen(err_msg());
+    CHECK_EQ(len, 1023);
+    CHECK(strncmp(err_msg(), "front ????", 10) == 0);
+    CHECK(strstr(err_msg(), "?? [...] ??") != NULL);
+    CHECK(len > strlen(tail) + 10 &&
+          strncmp(err_msg() + len - strlen(tail) - 10, "??? back: ", 10) == 0);
+
+    /* The same through err_prefix, with the name in both parts. */
+    err_setx(EINVAL, "%.600s cause", name);
+    err_prefix("front %.600s back", name);
+    len = strlen(err_msg());
+    CHECK_EQ(len, 1023);
+    CHECK(strncmp(err_msg(), "front ????", 10) == 0);
+    CHECK(strcmp(err_msg() + len - 7, "? cause") == 0);
+    CHECK(str_is_printable(err_msg()));
+    err_clear();
+}
+
 /* A log line is one line with no control character, whatever a caller
  * quoted into it: what a peer sends cannot forge a line of its own, nor
  * hold a C1 control or invalid UTF-8, even where the line is cut. */
@@ -504,6 +533,7 @@ int main(void)
     RUN(test_error_chain);
     RUN(test_error_one_line);
     RUN(test_error_not_utf8);
+    RUN(test_error_cut_not_utf8);
     RUN(test_log_one_line);
     return check_exit();
 }
