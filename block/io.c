@@ -33,6 +33,22 @@
  * ENOSPC for writes past the end, EINVAL for reads and discards. */
 enum blk_req_kind { BLK_KIND_READ, BLK_KIND_WRITE, BLK_KIND_DISCARD };
 
+/* Room for a quoted filename.  A message holds less than 1024 bytes
+ * (common/error.c), so a longer name would be cut from it anyway; cut
+ * here, it leaves room for the cause that follows it. */
+#define BLK_NAME_MAX 1024
+
+/* n's filename as messages quote it: escaped (common/escape.h), since a
+ * backing file name comes from an image.  Returns buf. */
+static const char *blk_esc_name(const struct blk_node *n, char *buf)
+{
+    str_escape_buf(buf, BLK_NAME_MAX, n->filename);
+    return buf;
+}
+
+/* The buffer lives as long as the block around the message it is for. */
+#define ESC_NAME(n) blk_esc_name((n), (char[BLK_NAME_MAX]){""})
+
 /* A request past the end of a node that is not growable.  A write there
  * into a node whose length cannot change (an NBD export under a format,
  * which would have appended) is out of space, said so with the reason;
@@ -41,24 +57,23 @@ static int blk_past_end(const struct blk_node *n, uint64_t off, uint64_t len, in
                         enum blk_req_kind kind)
 {
     if (kind == BLK_KIND_WRITE && !blk_can_resize(n)) {
-        CLEANUP_FREE char *esc = str_escape(n->filename); /* may come from an image */
         return err_setx(ENOSPC,
                         "%s: no space left: writing %" PRIu64 "+%" PRIu64
                         " needs more than its %" PRId64 " bytes, and its length cannot change (%s)",
-                        esc ? esc : "?", off, len, size, n->drv->name);
+                        ESC_NAME(n), off, len, size, n->drv->name);
     }
     return err_setx(kind == BLK_KIND_WRITE ? ENOSPC : EINVAL,
                     "%s: request at %" PRIu64 "+%" PRIu64 " is beyond the end (%" PRId64 " bytes)",
-                    n->filename, off, len, size);
+                    ESC_NAME(n), off, len, size);
 }
 
 static int blk_check_request(struct blk_node *n, uint64_t off, uint64_t len, enum blk_req_kind kind)
 {
     if (kind != BLK_KIND_READ && n->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     if (off > INT64_MAX || len > INT64_MAX - off) {
-        return err_setx(EINVAL, "%s: request at %" PRIu64 "+%" PRIu64 " overflows", n->filename,
+        return err_setx(EINVAL, "%s: request at %" PRIu64 "+%" PRIu64 " overflows", ESC_NAME(n),
                         off, len);
     }
     if (!n->growable) {
@@ -113,7 +128,7 @@ static int blk_read_bounced(struct blk_node *n, uint64_t off, uint64_t len, cons
     int r;
 
     if (!buf) {
-        return err_set(ENOMEM, "%s: bounce buffer of %" PRIu64 " bytes", n->filename, alen);
+        return err_set(ENOMEM, "%s: bounce buffer of %" PRIu64 " bytes", ESC_NAME(n), alen);
     }
     r = n->drv->preadv(n, off - head, &(struct iovec){buf, alen}, 1);
     if (r == 0) {
@@ -136,7 +151,7 @@ static int blk_write_bounced(struct blk_node *n, uint64_t off, uint64_t len,
     int r;
 
     if (!buf) {
-        return err_set(ENOMEM, "%s: bounce buffer of %" PRIu64 " bytes", n->filename, alen);
+        return err_set(ENOMEM, "%s: bounce buffer of %" PRIu64 " bytes", ESC_NAME(n), alen);
     }
     if (head) {
         r = n->drv->preadv(n, aoff, &(struct iovec){buf, a}, 1);
@@ -271,7 +286,7 @@ int blk_pwrite(struct blk_node *n, uint64_t off, const void *buf, uint64_t len, 
 static int blk_check_compression(struct blk_node *n)
 {
     if (!n->drv->compress || !n->drv->pwrite_compressed) {
-        return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", n->filename,
+        return err_setx(ENOTSUP, "%s: compression is not supported by the %s format", ESC_NAME(n),
                         n->drv->name);
     }
     return 0;
@@ -296,7 +311,7 @@ int blk_pwrite_compressed(struct blk_node *n, uint64_t off, uint64_t len, const 
         r = blk_check_request(n, off, len, BLK_KIND_WRITE);
     }
     if (r == 0 && len == 0) {
-        r = err_setx(EINVAL, "%s: a compressed write covers at least one byte", n->filename);
+        r = err_setx(EINVAL, "%s: a compressed write covers at least one byte", ESC_NAME(n));
     }
     if (r < 0) {
         return r;
@@ -319,7 +334,7 @@ static int blk_write_zero_buffers(struct blk_node *n, uint64_t off, uint64_t len
     int r = 0;
 
     if (!zeroes) {
-        return err_set(ENOMEM, "%s: zero buffer", n->filename);
+        return err_set(ENOMEM, "%s: zero buffer", ESC_NAME(n));
     }
     memset(zeroes, 0, ROUND_UP(chunk, MAX(n->request_alignment, 1u)));
     STAT_INC(n, zero_fallback, 1);
@@ -371,7 +386,7 @@ int blk_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, unsigned f
         return r;
     }
     if ((flags & BLK_REQ_NO_FALLBACK) && !(supported & BLK_REQ_NO_FALLBACK)) {
-        return err_setx(ENOTSUP, "%s: fast zeroing is not supported", n->filename);
+        return err_setx(ENOTSUP, "%s: fast zeroing is not supported", ESC_NAME(n));
     }
     blk_trace(n, "pwrite_zeroes", off, len, native);
     nparts = blk_zero_parts(n, off, len, start, plen);
@@ -460,7 +475,7 @@ int blk_block_status(struct blk_node *n, uint64_t off, uint64_t len, struct blk_
         return r;
     }
     if (len == 0) {
-        return err_setx(EINVAL, "%s: block status of an empty range", n->filename);
+        return err_setx(EINVAL, "%s: block status of an empty range", ESC_NAME(n));
     }
     if (!n->drv->block_status) {
         *ext = (struct blk_extent){
@@ -520,7 +535,7 @@ int64_t blk_get_length(struct blk_node *n)
 int blk_truncate(struct blk_node *n, uint64_t len)
 {
     if (n->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     if (!n->drv->truncate) {
         /* Resizing to the size it has is no resize (qemu-img resize +0). */
@@ -529,12 +544,12 @@ int blk_truncate(struct blk_node *n, uint64_t len)
             return 0;
         }
         if (!n->drv->is_format) {
-            return err_setx(ENOTSUP, "%s: the %s driver cannot resize", n->filename, n->drv->name);
+            return err_setx(ENOTSUP, "%s: the %s driver cannot resize", ESC_NAME(n), n->drv->name);
         }
         /* Only formats qemu-img 7.2 cannot resize either lack truncate. */
         return err_setx(ENOTSUP,
                         "%s: %s images cannot be resized (nor can qemu-img 7.2 resize them)",
-                        n->filename, n->drv->name);
+                        ESC_NAME(n), n->drv->name);
     }
     int r = n->drv->truncate(n, len);
     /* A resize changes the file as a write does: the next flush is not
