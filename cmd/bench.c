@@ -16,6 +16,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
+#include "common/escape.h"
 #include "common/histogram.h"
 #include "common/json.h"
 #include "common/util.h"
@@ -199,7 +200,8 @@ static int bench_execute(const struct blk_bench_opts *b, const struct blk_image_
         cmd_print_open_error(r, !b->write);
         return cmd_status(r, EXIT_ERROR);
     }
-    CLEANUP_FREE char *name = strdup(cmd_image_name(o, img)); /* outlives the image */
+    /* for messages, so escaped; outlives the image */
+    CLEANUP_FREE char *name = str_escape(cmd_image_name(o, img));
     uint64_t size = blk_image_size(img);
     if (b->offset >= size || size - b->offset < b->size) {
         blk_image_close(img);

@@ -7,6 +7,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
+#include "common/escape.h"
 #include "common/util.h"
 #include "nbd/uri.h"
 
@@ -123,10 +124,11 @@ static int create_run(int argc, char **argv)
         return r;
     }
     if (nbd_uri_is(o.filename)) {
+        CLEANUP_FREE char *esc = str_escape(o.filename);
         fprintf(stderr,
                 "diskimg: %s: an NBD export exists already and cannot be created; "
                 "write into it with 'diskimg convert'\n",
-                o.filename);
+                esc ? esc : "?");
         return EXIT_ERROR;
     }
     r = blk_create(&o, &summary);

@@ -18,7 +18,9 @@
 
 #include "block/block.h"
 #include "cmd.h"
+#include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/util.h"
 
 static void dd_usage(FILE *f)
@@ -227,10 +229,11 @@ static int dd_copy(struct dd_args *a, struct blk_image *src, bool *created)
     }
     *created = regular_file(a->out_name) || blk_create_makes_own(a->out_name);
     if (!in_range) {
+        CLEANUP_FREE char *esc = str_escape(cmd_image_name(&a->in, src));
         fprintf(stderr,
                 "diskimg: %s: cannot skip to the offset asked for (%" PRIu64 " * %" PRIu64
                 " bytes): the output is empty\n",
-                cmd_image_name(&a->in, src), a->skip, a->bs);
+                esc ? esc : "?", a->skip, a->bs);
     }
     r = blk_image_open(&dst, &oo);
     if (r == 0 && blk_image_reads_as_zero(dst, &zero) < 0) {

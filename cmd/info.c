@@ -413,8 +413,9 @@ static int info_run(int argc, char **argv)
             }
         }
         if (r == 0 && depth >= MAX_CHAIN) {
+            CLEANUP_FREE char *esc = str_escape(cmd_image_name(&top, NULL));
             fprintf(stderr, "diskimg: backing chain of %s is deeper than %d backing files\n",
-                    cmd_image_name(&top, NULL), BLK_MAX_CHAIN_DEPTH);
+                    esc ? esc : "?", BLK_MAX_CHAIN_DEPTH);
             r = -1;
         }
         /* an rbd: backing file connects as the image opens it */

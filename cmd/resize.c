@@ -8,6 +8,7 @@
 #include "block/block.h"
 #include "cmd.h"
 #include "common/cleanup.h"
+#include "common/escape.h"
 #include "common/util.h"
 
 static void resize_usage(FILE *f)
@@ -100,7 +101,8 @@ static int resize_run(int argc, char **argv)
         cmd_print_error(r);
         return cmd_status(r, EXIT_ERROR);
     }
-    CLEANUP_FREE char *name = strdup(cmd_image_name(&o, img)); /* outlives the image */
+    /* for messages, so escaped; outlives the image */
+    CLEANUP_FREE char *name = str_escape(cmd_image_name(&o, img));
     cur = blk_image_size(img);
     if (sign < 0 && size > cur) {
         blk_image_close(img);

@@ -12,7 +12,9 @@
 
 #include "block/bitmap.h"
 #include "cmd.h"
+#include "common/cleanup.h"
 #include "common/error.h"
+#include "common/escape.h"
 #include "common/log.h"
 #include "common/replace-file.h"
 #include "nbd/protocol.h"
@@ -260,7 +262,8 @@ static int serve_close_exports(struct serve_opts *o, bool flush)
         }
         int r = blk_image_flush(e->opened);
         if (r < 0) {
-            cmd_print_failure(r, "flushing %s", cmd_image_name(&e->img, e->opened));
+            CLEANUP_FREE char *esc = str_escape(cmd_image_name(&e->img, e->opened));
+            cmd_print_failure(r, "flushing %s", esc ? esc : "?");
             status = -1;
         }
     }
@@ -274,7 +277,8 @@ static int serve_free_exports(struct serve_opts *o)
     for (unsigned i = 0; i < o->n_exports; i++) {
         int r = blk_image_close(o->exports[i].opened);
         if (r < 0) {
-            cmd_print_failure(r, "closing %s", cmd_image_name(&o->exports[i].img, NULL));
+            CLEANUP_FREE char *esc = str_escape(cmd_image_name(&o->exports[i].img, NULL));
+            cmd_print_failure(r, "closing %s", esc ? esc : "?");
             status = -1;
         }
         o->exports[i].opened = NULL;

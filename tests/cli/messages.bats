@@ -152,3 +152,19 @@ chain() {
         [[ $(printf '%s%s' "$output" "$stderr" | LC_ALL=C tr -dc '\033\302\233' | wc -c) -eq 0 ]]
     done
 }
+
+# Some messages are printed by the subcommand itself, not through the
+# error channel and its neutraliser: they escape the image's name too,
+# or its ESC would reach the terminal as it is.
+@test "messages: names the subcommands print themselves are escaped" {
+    local img="$TEST_DIR/x"$'\x1b'.img esc="$TEST_DIR/x\x1b.img"
+    truncate -s 1M "$img"
+    run -1 --separate-stderr "$DISKIMG" resize -f raw "$img" 512K
+    [[ "$stderr" == "diskimg: use the --shrink option to make $esc smaller"* ]]
+    run -1 --separate-stderr "$DISKIMG" bench -f raw -c 1 -s 2M "$img"
+    [[ "$stderr" == "diskimg: $esc is too small for 2097152-byte requests"* ]]
+    run --separate-stderr "$DISKIMG" dd -f raw -O raw if="$img" of="$TEST_DIR/out" bs=1M skip=5
+    [[ "$stderr" == "diskimg: $esc: cannot skip to the offset asked for"* ]]
+    run -1 --separate-stderr "$DISKIMG" create -f raw "nbd://127.0.0.1:9/e"$'\x1b' 1M
+    [[ "$stderr" == "diskimg: nbd://127.0.0.1:9/e\\x1b: an NBD export exists already"* ]]
+}
