@@ -1,10 +1,12 @@
 /* tests/unit/rec-driver.c: see rec-driver.h. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "block/block.h"
 #include "block/driver.h"
 #include "common/cleanup.h"
 #include "common/util.h"
@@ -293,3 +295,38 @@ static const struct blk_driver rec_fixed_driver = {
 };
 
 BLK_REGISTER_DRIVER(rec_fixed_driver)
+
+int rec_make_image(const char *format, const char *options, uint64_t size, struct rec_bytes *out)
+{
+    char dir[] = "/tmp/diskimg-rec-image-XXXXXX";
+    char path[sizeof dir + 16];
+    char *summary = NULL;
+    struct blk_create_opts o = {
+        .format = format, .options = options, .size = size, .size_set = true};
+    FILE *f = NULL;
+    long len = -1;
+
+    *out = (struct rec_bytes){0};
+    if (!mkdtemp(dir)) {
+        return -errno;
+    }
+    snprintf(path, sizeof path, "%s/img", dir);
+    o.filename = path;
+    int r = blk_create(&o, &summary);
+    free(summary);
+    if (r == 0 && (f = fopen(path, "rb")) && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 &&
+        fseek(f, 0, SEEK_SET) == 0 && (out->data = malloc((size_t)len))) {
+        out->len = fread(out->data, 1, (size_t)len, f);
+    }
+    if (f) {
+        fclose(f);
+    }
+    unlink(path);
+    rmdir(dir);
+    if (r == 0 && out->len != (uint64_t)len) {
+        free(out->data);
+        *out = (struct rec_bytes){0};
+        r = -EIO;
+    }
+    return r;
+}

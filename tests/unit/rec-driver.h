@@ -39,4 +39,14 @@ unsigned rec_count(enum rec_op op);
 /* The in-memory contents of the most recently opened rec node. */
 uint8_t *rec_data(void);
 
+/* An image's bytes, to preload a rec node with. */
+struct rec_bytes {
+    uint8_t *data; /* malloc'd */
+    uint64_t len;
+};
+
+/* A fresh SIZE-byte image of FORMAT (-o OPTIONS, or NULL), made by
+ * blk_create in a temporary directory and read into *out.  0, or -errno. */
+int rec_make_image(const char *format, const char *options, uint64_t size, struct rec_bytes *out);
+
 #endif

@@ -23,43 +23,11 @@ CHECK_GLOBALS
 #define VPC_BLOCK (2 * MiB) /* the default block size */
 #define GRAIN (64 * KiB)    /* vmdk's default */
 
-struct bytes {
-    uint8_t *data;
-    uint64_t len;
-};
-
-static struct bytes vpc_image, vmdk_image, stream_image;
-
-/* A fresh 8 MiB image of FORMAT (-o OPTIONS), as bytes. */
-static int make_image(const char *format, const char *options, struct bytes *out)
-{
-    char dir[] = "/tmp/diskimg-append-alloc-XXXXXX";
-    char path[sizeof dir + 16];
-    char *summary = NULL;
-    FILE *f;
-    int r;
-
-    if (!mkdtemp(dir)) {
-        return -errno;
-    }
-    snprintf(path, sizeof path, "%s/img", dir);
-    struct blk_create_opts o = {
-        .filename = path, .format = format, .options = options, .size = 8 * MiB, .size_set = true};
-    r = blk_create(&o, &summary);
-    free(summary);
-    f = r == 0 ? fopen(path, "rb") : NULL;
-    if (f) {
-        out->data = malloc(4 * MiB);
-        out->len = out->data ? fread(out->data, 1, 4 * MiB, f) : 0;
-        fclose(f);
-    }
-    unlink(path);
-    rmdir(dir);
-    return out->len ? 0 : -EIO;
-}
+static struct rec_bytes vpc_image, vmdk_image, stream_image;
 
 /* IMG (FORMAT) on a PROTOCOL node that holds exactly its bytes. */
-static struct blk_image *open_on(const struct bytes *img, const char *format, const char *protocol)
+static struct blk_image *open_on(const struct rec_bytes *img, const char *format,
+                                 const char *protocol)
 {
     struct blk_image_opts o = {
         .filename = "size=512", /* grown to the preloaded bytes */
@@ -83,9 +51,9 @@ static uint64_t file_length(struct blk_image *img)
 }
 
 /* The file's bytes now (they go when the image is closed). */
-static struct bytes file_bytes(struct blk_image *img)
+static struct rec_bytes file_bytes(struct blk_image *img)
 {
-    struct bytes b = {NULL, file_length(img)};
+    struct rec_bytes b = {NULL, file_length(img)};
 
     b.data = malloc(b.len);
     if (b.data) {
@@ -146,7 +114,7 @@ static void test_vpc_full_disk(void)
     CHECK(memcmp(rec_data(), vpc_image.data, vpc_image.len) == 0);
     CHECK_EQ(blk_image_pwrite(img, 4 * KiB, data, sizeof data, 0), 0);
     CHECK_EQ(blk_image_flush(img), 0);
-    struct bytes f = file_bytes(img);
+    struct rec_bytes f = file_bytes(img);
     CHECK_EQ(blk_image_close(img), 0);
     CHECK_EQ(f.len, end + 512);
     CHECK(f.data && f.len >= 512 && memcmp(f.data, f.data + f.len - 512, 512) == 0);
@@ -194,7 +162,7 @@ static void test_vmdk_full_disk(void)
     CHECK(all_bytes(back, sizeof back, 0));
     check_clean(img);
     CHECK_EQ(blk_image_flush(img), 0);
-    struct bytes f = file_bytes(img);
+    struct rec_bytes f = file_bytes(img);
     CHECK_EQ(blk_image_close(img), 0);
     img = f.data ? open_on(&f, "vmdk", "rec") : NULL;
     if (img) {
@@ -254,7 +222,7 @@ static void test_vmdk_stream_full_disk(void)
     CHECK_EQ(append_grain(img, GRAIN, 0x22), 0);
     CHECK_EQ(last_write().off, next);
     CHECK_EQ(blk_image_flush(img), 0);
-    struct bytes f = file_bytes(img);
+    struct rec_bytes f = file_bytes(img);
     CHECK_EQ(blk_image_close(img), 0);
     img = f.data ? open_on(&f, "vmdk", "rec") : NULL;
     if (img) {
@@ -270,8 +238,9 @@ static void test_vmdk_stream_full_disk(void)
 
 int main(void)
 {
-    if (make_image("vpc", NULL, &vpc_image) < 0 || make_image("vmdk", NULL, &vmdk_image) < 0 ||
-        make_image("vmdk", "subformat=streamOptimized", &stream_image) < 0) {
+    if (rec_make_image("vpc", NULL, 8 * MiB, &vpc_image) < 0 ||
+        rec_make_image("vmdk", NULL, 8 * MiB, &vmdk_image) < 0 ||
+        rec_make_image("vmdk", "subformat=streamOptimized", 8 * MiB, &stream_image) < 0) {
         fprintf(stderr, "cannot create the images\n");
         return 1;
     }

@@ -20,36 +20,8 @@ CHECK_GLOBALS
 
 #define REC_SIZE (4u << 20)
 
-static uint8_t *image;
-static uint64_t image_len;
-
-/* A fresh 1 MiB qcow2 image (64 KiB clusters), as bytes. */
-static int make_image(void)
-{
-    char dir[] = "/tmp/diskimg-qcow2-alloc-XXXXXX";
-    char path[sizeof dir + 16];
-    char *summary = NULL;
-    FILE *f;
-    int r;
-
-    if (!mkdtemp(dir)) {
-        return -errno;
-    }
-    snprintf(path, sizeof path, "%s/img.qcow2", dir);
-    struct blk_create_opts o = {
-        .filename = path, .format = "qcow2", .size = 1u << 20, .size_set = true};
-    r = blk_create(&o, &summary);
-    free(summary);
-    f = r == 0 ? fopen(path, "rb") : NULL;
-    if (f) {
-        image = malloc(REC_SIZE);
-        image_len = image ? fread(image, 1, REC_SIZE, f) : 0;
-        fclose(f);
-    }
-    unlink(path);
-    rmdir(dir);
-    return image_len ? 0 : -EIO;
-}
+/* A fresh 1 MiB qcow2 image (64 KiB clusters). */
+static struct rec_bytes image;
 
 /* The image on a PROTOCOL node described by SPEC (rec-driver.h). */
 static struct blk_image *open_spec(const char *protocol, const char *spec)
@@ -62,8 +34,8 @@ static struct blk_image *open_spec(const char *protocol, const char *spec)
     };
     struct blk_image *img = NULL;
 
-    rec_preload = image;
-    rec_preload_len = image_len;
+    rec_preload = image.data;
+    rec_preload_len = image.len;
     CHECK_EQ(blk_image_open(&img, &o), 0);
     rec_preload = NULL;
     rec_preload_len = 0;
@@ -85,8 +57,8 @@ static void test_compressed_write_fails(void)
         return;
     }
     memset(data, 0x5a, sizeof data); /* never decompressed: the write fails */
-    /* The file ends at image_len: the data goes to a new cluster there. */
-    rec_fail_writes_from = image_len;
+    /* The file ends at image.len: the data goes to a new cluster there. */
+    rec_fail_writes_from = image.len;
     CHECK(blk_image_pwrite_compressed(img, 0, 65536, data, sizeof data) < 0);
     rec_fail_writes_from = 0;
     CHECK_EQ(blk_image_check(img, BLK_REPAIR_NONE, NULL, &res), 0);
@@ -189,7 +161,7 @@ static void test_alloc_past_fixed_end(void)
 
 int main(void)
 {
-    if (make_image() < 0) {
+    if (rec_make_image("qcow2", NULL, 1u << 20, &image) < 0) {
         fprintf(stderr, "cannot create a qcow2 image\n");
         return 1;
     }
@@ -197,6 +169,6 @@ int main(void)
     RUN(test_empty_fixed_length);
     RUN(test_empty_resizable);
     RUN(test_alloc_past_fixed_end);
-    free(image);
+    free(image.data);
     return check_exit();
 }
