@@ -500,9 +500,9 @@ EOF
     # operator saw only "closed".  A forged record must fail GnuTLS's
     # integrity check; GnuTLS allows a client 8 key updates a second.
     make_pattern "$TEST_DIR/a.img" 1048576
-    start_server -t -f raw --tls-creds="$SRV_PKI" "$TEST_DIR/a.img"
+    start_server -t -f raw --tls-creds="$PKI/server" "$TEST_DIR/a.img"
 
-    run py "$SOCK" "$CLI_PKI" <<'EOF'
+    run py "$SOCK" "$PKI/client1" <<'EOF'
 import os
 import sys
 import nbdraw as n
