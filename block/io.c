@@ -19,9 +19,9 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
-#include "common/escape.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 
 #define STAT_INC(n, field, v)                                                                      \
     atomic_fetch_add_explicit(&(n)->stats.field, (v), memory_order_relaxed)
@@ -32,22 +32,6 @@
 /* What a request does, for the errno of a failed check: the NBD spec wants
  * ENOSPC for writes past the end, EINVAL for reads and discards. */
 enum blk_req_kind { BLK_KIND_READ, BLK_KIND_WRITE, BLK_KIND_DISCARD };
-
-/* Room for a quoted filename.  A message holds less than 1024 bytes
- * (common/error.c), so a longer name would be cut from it anyway; cut
- * here, it leaves room for the cause that follows it. */
-#define BLK_NAME_MAX 1024
-
-/* n's filename as messages quote it: escaped (common/escape.h), since a
- * backing file name comes from an image.  Returns buf. */
-static const char *blk_esc_name(const struct blk_node *n, char *buf)
-{
-    str_escape_buf(buf, BLK_NAME_MAX, n->filename);
-    return buf;
-}
-
-/* The buffer lives as long as the block around the message it is for. */
-#define ESC_NAME(n) blk_esc_name((n), (char[BLK_NAME_MAX]){""})
 
 /* A request past the end of a node that is not growable.  A write there
  * into a node whose length cannot change (an NBD export under a format,
