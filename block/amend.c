@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "driver.h"
+#include "esc-name.h"
 
 static int no_amend(const char *format)
 {
@@ -19,7 +20,7 @@ int blk_image_amend(struct blk_image *img, const char *options, bool force,
         return no_amend(n->drv->name);
     }
     if (blk_image_read_only(img)) {
-        return err_setx(EROFS, "%s is opened read-only", n->filename);
+        return err_setx(EROFS, "%s is opened read-only", ESC_NAME(n));
     }
     return n->drv->amend(n, options, force, progress, opaque);
 }

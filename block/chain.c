@@ -17,6 +17,7 @@
 #include "common/turns.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 
 #define DEFAULT_WORKERS 8
 #define MAX_WORKERS 64
@@ -99,11 +100,11 @@ int blk_image_change_backing(struct blk_image *img, const char *file, const char
     struct blk_node *n = blk_image_root(img);
 
     if (!n->drv->change_backing) {
-        return err_setx(ENOTSUP, "%s: the %s format cannot record a backing file", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format cannot record a backing file", ESC_NAME(n),
                         n->drv->name);
     }
     if (n->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     return n->drv->change_backing(n, file, format);
 }
@@ -113,11 +114,11 @@ int blk_image_make_empty(struct blk_image *img)
     struct blk_node *n = blk_image_root(img);
 
     if (!n->drv->make_empty) {
-        return err_setx(ENOTSUP, "%s: the %s format cannot drop its clusters", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format cannot drop its clusters", ESC_NAME(n),
                         n->drv->name);
     }
     if (n->read_only) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     return n->drv->make_empty(n);
 }

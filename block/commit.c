@@ -13,9 +13,9 @@
 #include "chain-pool.h"
 #include "common/cleanup.h"
 #include "common/error.h"
-#include "common/escape.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 
 #define CHUNK (2u << 20)
 
@@ -100,8 +100,7 @@ static int grow_base(struct commit *c, uint64_t len, uint64_t size)
         r = blk_pwrite_zeroes(c->base, len, MIN((uint64_t)below, size) - len, c->flags);
     }
     if (r < 0) {
-        CLEANUP_FREE char *esc = str_escape(c->base->filename); /* from the image above */
-        err_prefix("growing %s to %llu bytes", esc ? esc : "?", (unsigned long long)size);
+        err_prefix("growing %s to %llu bytes", ESC_NAME(c->base), (unsigned long long)size);
     }
     return r;
 }
@@ -127,8 +126,7 @@ int blk_commit_data(struct blk_image *img, unsigned base_depth, const struct blk
         return err_setx(EINVAL, "no backing file at depth %u", base_depth);
     }
     if (c.base->read_only) {
-        CLEANUP_FREE char *esc = str_escape(c.base->filename); /* from the image above */
-        return err_setx(EPERM, "%s: the base is open read-only", esc ? esc : "?");
+        return err_setx(EPERM, "%s: the base is open read-only", ESC_NAME(c.base));
     }
     base_len = blk_get_length(c.base);
     if (base_len < 0) {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/url-redact.h"
 #include "driver.h"
+#include "esc-name.h"
 #include "file-lock.h"
 #include "file-open.h"
 
@@ -69,7 +70,7 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold, b
         made = false;
         r = blk_file_open_checked(filename, O_RDWR | O_CLOEXEC, &fd, &st);
     } else if (fd < 0) {
-        r = err_set(errno, "%s", filename);
+        r = err_set(errno, "%s", ESC_STR(filename));
     }
     if (r < 0) {
         if (fd >= 0) {
@@ -79,7 +80,7 @@ static int create_lock_file(const char *filename, struct blk_file_lock **hold, b
     }
     r = blk_file_lock_acquire(hold, fd, filename, &perms, true);
     if (r == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) < 0) {
-        r = err_set(errno, "%s: truncating", filename);
+        r = err_set(errno, "%s: truncating", ESC_STR(filename));
     }
     close(fd); /* the lock keeps its own descriptor */
     if (r < 0) {

@@ -52,6 +52,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 #include "file-lock.h"
 #include "file-open.h"
 #include "file-posix.h"
@@ -94,7 +95,7 @@ static int file_probe_dio_alignment(struct blk_node *n, int fd)
         n->mem_alignment = MAX(stx.stx_dio_mem_align, 1u);
     }
     if (!IS_POW2(n->request_alignment) || !IS_POW2(n->mem_alignment)) {
-        return err_setx(EINVAL, "%s: odd direct I/O alignment %u/%u", n->filename,
+        return err_setx(EINVAL, "%s: odd direct I/O alignment %u/%u", ESC_NAME(n),
                         n->request_alignment, n->mem_alignment);
     }
     return 0;
@@ -132,7 +133,7 @@ static int file_open_fds(struct blk_node *n, const struct blk_open_opts *opts)
     if (S_ISBLK(st.st_mode)) {
         uint64_t bytes;
         if (ioctl(s->fd, BLKGETSIZE64, &bytes) < 0) {
-            return err_set(errno, "%s: BLKGETSIZE64", opts->filename);
+            return err_set(errno, "%s: BLKGETSIZE64", ESC_STR(opts->filename));
         }
         s->is_blockdev = true;
         s->size = (int64_t)bytes;
@@ -268,7 +269,7 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
     uint64_t pos = off;
 
     if (file_iov_copy(local, iov_in, iovcnt) < 0) {
-        return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
+        return err_setx(EINVAL, "%s: too many iovec elements (%d)", ESC_NAME(n), iovcnt);
     }
     /* (what the file holds of the range: a read that stops at its end was
      * not missing anything) */
@@ -281,7 +282,7 @@ static int file_preadv(struct blk_node *n, uint64_t off, const struct iovec *iov
     while (left > 0) {
         ssize_t r = s->engine->preadv(s->fd, iov, iovcnt, pos);
         if (r < 0) {
-            return err_set((int)-r, "%s: read at offset %" PRIu64, n->filename, pos);
+            return err_set((int)-r, "%s: read at offset %" PRIu64, ESC_NAME(n), pos);
         }
         if (r == 0 || (int64_t)(pos + (uint64_t)r) >= atomic_load(&s->size)) {
             /* End of file: what lies beyond reads as zeroes. */
@@ -307,7 +308,7 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struc
     int iovcnt = iov_slice(iov_in, iovcnt_in, 0, left, local, FILE_IOV_MAX);
 
     if (iovcnt < 0) {
-        return err_setx(EINVAL, "%s: too many iovec elements", n->filename);
+        return err_setx(EINVAL, "%s: too many iovec elements", ESC_NAME(n));
     }
     /* Buffered writes go to the kernel in pieces (see the top of the
      * file); a FUA write (at most native_fua_max) stays whole, so it syncs
@@ -327,10 +328,10 @@ static int file_write_loop(struct blk_node *n, int fd, uint64_t pos, const struc
             return -EOPNOTSUPP; /* the generic layer falls back to write + flush */
         }
         if (r < 0) {
-            return err_set((int)-r, "%s: write at offset %" PRIu64, n->filename, pos);
+            return err_set((int)-r, "%s: write at offset %" PRIu64, ESC_NAME(n), pos);
         }
         if (r == 0) {
-            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", n->filename, pos);
+            return err_setx(EIO, "%s: write at offset %" PRIu64 " wrote nothing", ESC_NAME(n), pos);
         }
         file_advance(&iov, &iovcnt, (size_t)r);
         pos += (uint64_t)r;
@@ -350,7 +351,7 @@ static int file_pwritev(struct blk_node *n, uint64_t off, const struct iovec *io
     int r;
 
     if (file_iov_copy(local, iov_in, iovcnt) < 0) {
-        return err_setx(EINVAL, "%s: too many iovec elements (%d)", n->filename, iovcnt);
+        return err_setx(EINVAL, "%s: too many iovec elements (%d)", ESC_NAME(n), iovcnt);
     }
     if (s->tail_fd >= 0 && !n->growable && off + len > (uint64_t)size) {
         /* Padding past the end of an O_DIRECT file: the aligned part goes
@@ -452,15 +453,15 @@ static int file_pwrite_zeroes(struct blk_node *n, uint64_t off, uint64_t len, un
         }
     }
     if (r == -ENOTSUP) {
-        return err_setx(ENOTSUP, "%s: no fast way to write zeroes", n->filename);
+        return err_setx(ENOTSUP, "%s: no fast way to write zeroes", ESC_NAME(n));
     }
     if (r < 0) {
-        return err_set(-r, "%s: zeroing %" PRIu64 "+%" PRIu64, n->filename, off, len);
+        return err_set(-r, "%s: zeroing %" PRIu64 "+%" PRIu64, ESC_NAME(n), off, len);
     }
     if (n->growable && (int64_t)(off + len) > atomic_load(&s->size)) {
         /* A punched hole past the end keeps the size: extend explicitly. */
         if (ftruncate(s->fd, (off_t)(off + len)) < 0) {
-            return err_set(errno, "%s: extending to %" PRIu64, n->filename, off + len);
+            return err_set(errno, "%s: extending to %" PRIu64, ESC_NAME(n), off + len);
         }
         atomic_store(&s->size, (int64_t)(off + len));
     }
@@ -478,7 +479,7 @@ static int file_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned
         uint64_t start = ROUND_UP(off, 512), end = ROUND_DOWN(off + len, 512);
         if (end > start && ioctl(s->fd, BLKDISCARD, (uint64_t[2]){start, end - start}) < 0 &&
             !file_unsupported(errno)) {
-            return err_set(errno, "%s: discard %" PRIu64 "+%" PRIu64, n->filename, off, len);
+            return err_set(errno, "%s: discard %" PRIu64 "+%" PRIu64, ESC_NAME(n), off, len);
         }
         return 0;
     }
@@ -487,7 +488,7 @@ static int file_discard(struct blk_node *n, uint64_t off, uint64_t len, unsigned
         return 0; /* discard is advisory */
     }
     if (r < 0) {
-        return err_set(-r, "%s: discard %" PRIu64 "+%" PRIu64, n->filename, off, len);
+        return err_set(-r, "%s: discard %" PRIu64 "+%" PRIu64, ESC_NAME(n), off, len);
     }
     return 0;
 }
@@ -523,8 +524,8 @@ int file_copy_range(struct blk_node *src, uint64_t soff, struct blk_node *dst, u
             return -ENOTSUP;
         }
         if (n < 0) {
-            return err_set(errno, "copy_file_range %s to %s at offset %" PRIu64, src->filename,
-                           dst->filename, doff + done);
+            return err_set(errno, "copy_file_range %s to %s at offset %" PRIu64, ESC_NAME(src),
+                           ESC_NAME(dst), doff + done);
         }
         if (n == 0) {
             return -ENOTSUP; /* the source ends early: let the reads say why */
@@ -541,7 +542,7 @@ static int file_flush(struct blk_node *n)
     int r = s->engine->fdatasync(s->fd);
 
     if (r < 0) {
-        return err_set(-r, "%s: fdatasync", n->filename);
+        return err_set(-r, "%s: fdatasync", ESC_NAME(n));
     }
     file_stream_flushed(&s->stream, s->fd);
     return 0;
@@ -627,10 +628,10 @@ static int file_truncate(struct blk_node *n, uint64_t len)
     struct file_state *s = n->opaque;
 
     if (s->is_blockdev) {
-        return err_setx(ENOTSUP, "%s: cannot resize a block device", n->filename);
+        return err_setx(ENOTSUP, "%s: cannot resize a block device", ESC_NAME(n));
     }
     if (len > INT64_MAX) {
-        return err_setx(EFBIG, "%s: %" PRIu64 " bytes is more than a file can hold", n->filename,
+        return err_setx(EFBIG, "%s: %" PRIu64 " bytes is more than a file can hold", ESC_NAME(n),
                         len);
     }
     if (ftruncate(s->fd, (off_t)len) < 0) {
@@ -638,9 +639,9 @@ static int file_truncate(struct blk_node *n, uint64_t len)
             return err_setx(EFBIG,
                             "%s: cannot make the file %" PRIu64 " bytes long: the file system "
                             "does not allow files that large",
-                            n->filename, len);
+                            ESC_NAME(n), len);
         }
-        return err_set(errno, "%s: truncate to %" PRIu64, n->filename, len);
+        return err_set(errno, "%s: truncate to %" PRIu64, ESC_NAME(n), len);
     }
     atomic_store(&s->size, (int64_t)len);
     return 0;

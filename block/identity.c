@@ -12,6 +12,7 @@
 #include "common/sha256.h"
 #include "common/uuid.h"
 #include "driver.h"
+#include "esc-name.h"
 
 /* A field of the seed: its length, then its bytes, so that no two lists
  * of fields hash the same bytes. */
@@ -71,7 +72,7 @@ int blk_image_set_identity(struct blk_image *img, const uint8_t seed[BLK_SEED_LE
         return 0; /* no IDs to set (raw, qcow2) */
     }
     if (n->read_only) {
-        return err_setx(EROFS, "%s: cannot set the IDs of a read-only image", n->filename);
+        return err_setx(EROFS, "%s: cannot set the IDs of a read-only image", ESC_NAME(n));
     }
     return n->drv->set_identity(n, seed);
 }

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 #include "overlay.h"
 
 struct blk_image {
@@ -65,7 +66,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     }
     if (opts->force_share && (!o.read_only || opts->resize)) {
         return err_setx(EINVAL, "%s: force-share (-U) is for images opened read-only",
-                        opts->filename ? opts->filename : opts->protocol);
+                        opts->filename ? ESC_STR(opts->filename) : opts->protocol);
     }
     if (!opts->filename && !opts->protocol) {
         return err_setx(EINVAL, "an image needs a filename or a protocol driver");
@@ -90,7 +91,7 @@ int blk_image_open(struct blk_image **out, const struct blk_image_opts *opts)
     }
     img = calloc(1, sizeof *img);
     if (!img) {
-        r = err_set(ENOMEM, "opening %s", root->filename);
+        r = err_set(ENOMEM, "opening %s", ESC_NAME(root));
         blk_node_close(root);
         return r;
     }
@@ -316,7 +317,7 @@ int blk_image_load_bitmap(struct blk_image *img, const char *name, struct blk_bi
     struct blk_node *n = img->root;
 
     if (!n->drv->load_bitmap) {
-        return err_setx(ENOTSUP, "%s: the %s format has no persistent bitmaps", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format has no persistent bitmaps", ESC_NAME(n),
                         n->drv->name);
     }
     return n->drv->load_bitmap(n, name, out);
@@ -327,11 +328,11 @@ int blk_image_bitmap_change(struct blk_image *img, const struct blk_bitmap_op *o
     struct blk_node *n = img->root;
 
     if (!n->drv->bitmap_change) {
-        return err_setx(ENOTSUP, "%s: the %s format cannot store persistent bitmaps", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format cannot store persistent bitmaps", ESC_NAME(n),
                         n->drv->name);
     }
     if (img->read_only) {
-        return err_setx(EROFS, "%s is opened read-only", n->filename);
+        return err_setx(EROFS, "%s is opened read-only", ESC_NAME(n));
     }
     return n->drv->bitmap_change(n, op);
 }
@@ -341,11 +342,11 @@ int blk_image_check(struct blk_image *img, enum blk_repair repair, FILE *report,
 {
     memset(res, 0, sizeof *res);
     if (!img->root->drv->check) {
-        return err_setx(ENOTSUP, "%s: the %s format has no consistency check", img->root->filename,
+        return err_setx(ENOTSUP, "%s: the %s format has no consistency check", ESC_NAME(img->root),
                         img->root->drv->name);
     }
     if (repair != BLK_REPAIR_NONE && img->read_only) {
-        return err_setx(EPERM, "%s: repairing needs a writable image", img->root->filename);
+        return err_setx(EPERM, "%s: repairing needs a writable image", ESC_NAME(img->root));
     }
     return img->root->drv->check(img->root, repair, report, res);
 }

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 
 int blk_measure(const struct blk_create_opts *o, struct blk_image *src, struct blk_measure *out)
 {
@@ -88,7 +89,7 @@ int blk_image_data_clusters(struct blk_image *img, uint64_t cluster_size, uint64
         }
         if (e.length == 0 || e.length > size - off) {
             return err_setx(EIO, "%s: block status returned a bad length at offset %" PRIu64,
-                            blk_node_filename(blk_image_root(img)), off);
+                            ESC_NAME(blk_image_root(img)), off);
         }
         if ((e.flags & BLK_EXT_ZERO) || !(e.flags & BLK_EXT_DATA)) {
             off += e.length;
@@ -136,7 +137,7 @@ int blk_dd_copy(struct blk_image *src, uint64_t off, uint64_t len, struct blk_im
         }
         if (e.length == 0 || e.length > n) {
             return err_setx(EIO, "%s: block status returned a bad length at offset %" PRIu64,
-                            blk_node_filename(blk_image_root(src)), off + pos);
+                            ESC_NAME(blk_image_root(src)), off + pos);
         }
         n = e.length;
         if (e.flags & BLK_EXT_ZERO) {

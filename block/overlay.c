@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 #include "overlay.h"
 
 #define OVERLAY_BLOCK (64u << 10)
@@ -74,7 +75,7 @@ static int tmp_pread(struct blk_node *n, void *buf, uint64_t len, uint64_t off)
             continue;
         }
         if (r < 0) {
-            return err_set(errno, "%s: reading the overlay", n->filename);
+            return err_set(errno, "%s: reading the overlay", ESC_NAME(n));
         }
         if (r == 0) {
             memset((uint8_t *)buf + done, 0, len - done); /* past the end: not written yet */
@@ -95,7 +96,7 @@ static int tmp_pwrite(struct blk_node *n, const void *buf, uint64_t len, uint64_
             continue;
         }
         if (r < 0) {
-            return err_set(errno, "%s: writing the overlay", n->filename);
+            return err_set(errno, "%s: writing the overlay", ESC_NAME(n));
         }
         done += (uint64_t)r;
     }
@@ -113,7 +114,7 @@ static int overlay_preadv(struct blk_node *n, uint64_t off, const struct iovec *
         CLEANUP_FREE uint8_t *buf = malloc(next - pos);
         int r;
         if (!buf) {
-            return err_set(ENOMEM, "%s: overlay read buffer", n->filename);
+            return err_set(ENOMEM, "%s: overlay read buffer", ESC_NAME(n));
         }
         r = is_held ? tmp_pread(n, buf, next - pos, pos) : blk_pread(n->file, pos, buf, next - pos);
         if (r < 0) {
@@ -138,7 +139,7 @@ static int cow_block_locked(struct blk_node *n, uint64_t b)
     }
     buf = malloc(OVERLAY_BLOCK); /* (not on a worker's small stack) */
     if (!buf) {
-        return err_set(ENOMEM, "%s: overlay block", n->filename);
+        return err_set(ENOMEM, "%s: overlay block", ESC_NAME(n));
     }
     r = blk_pread(n->file, start, buf, len);
     if (r == 0) {
@@ -192,7 +193,7 @@ static int overlay_pwritev(struct blk_node *n, uint64_t off, const struct iovec 
 
     (void)flags; /* FUA: nothing here is ever durable */
     if (!buf) {
-        return err_set(ENOMEM, "%s: overlay write buffer", n->filename);
+        return err_set(ENOMEM, "%s: overlay write buffer", ESC_NAME(n));
     }
     iov_to_buf(iov, iovcnt, 0, buf, len);
     if (len == 0 || all_held(s, off, off + len)) {
@@ -284,7 +285,7 @@ static int64_t overlay_get_length(struct blk_node *n)
 static int overlay_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **out)
 {
     if (!n->file->drv->load_bitmap) {
-        return err_setx(ENOTSUP, "%s: the %s format has no persistent bitmaps", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format has no persistent bitmaps", ESC_NAME(n),
                         n->file->drv->name);
     }
     return n->file->drv->load_bitmap(n->file, name, out);
@@ -329,7 +330,7 @@ static int overlay_open(struct blk_node *n, const struct blk_open_opts *opts)
     s->nblocks = (s->size + OVERLAY_BLOCK - 1) / OVERLAY_BLOCK;
     s->held = calloc(s->nblocks / 64 + 1, sizeof *s->held);
     if (!s->held) {
-        return err_set(ENOMEM, "%s: overlay bitmap", n->filename);
+        return err_set(ENOMEM, "%s: overlay bitmap", ESC_NAME(n));
     }
     /* The file grows as blocks are written: reads past its end are
      * zeroes, and it is never sized up front, which would fail for an

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/util.h"
 #include "driver.h"
+#include "esc-name.h"
 
 #define CHUNK (1u << 20)
 #define DEFAULT_UNIT (64u << 10) /* compare unit of a format without clusters */
@@ -194,7 +195,7 @@ int blk_rebase_data(struct blk_image *img, struct blk_image *new_backing, unsign
     int r;
 
     if (blk_image_read_only(img)) {
-        return err_setx(EPERM, "%s is read-only", blk_node_filename(blk_image_root(img)));
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(blk_image_root(img)));
     }
     r = blk_chain_run(blk_image_size(img), MAX(CHUNK, rb.unit), rebase_chunk, rebase_skip, &rb, o);
     return r < 0 ? r : blk_image_flush(img);

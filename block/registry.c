@@ -9,6 +9,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "driver.h"
+#include "esc-name.h"
 
 #define BLK_MAX_DRIVERS 32
 
@@ -94,8 +95,8 @@ const struct blk_driver *blk_protocol_for(const char *filename)
                 snprintf(known + used, sizeof known - used, ", %s", drivers[i]->names_help);
             }
         }
-        err_setx(EPROTONOSUPPORT, "%s: diskimg cannot open %.*s:// URLs; it opens %s", filename,
-                 (int)scheme, filename, known);
+        err_setx(EPROTONOSUPPORT, "%s: diskimg cannot open %.*s:// URLs; it opens %s",
+                 ESC_STR(filename), (int)scheme, filename, known);
         return NULL;
     }
     return blk_find_driver("file");

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "driver.h"
+#include "esc-name.h"
 
 int blk_image_snapshot(struct blk_image *img, enum blk_snapshot_op op, const char *name)
 {
@@ -17,11 +18,11 @@ int blk_image_snapshot(struct blk_image *img, enum blk_snapshot_op op, const cha
         n = n->file;
     }
     if (!n->drv->snapshot) {
-        return err_setx(ENOTSUP, "%s: the %s format has no internal snapshots", n->filename,
+        return err_setx(ENOTSUP, "%s: the %s format has no internal snapshots", ESC_NAME(n),
                         n->drv->name);
     }
     if (blk_image_read_only(img)) {
-        return err_setx(EPERM, "%s: changing snapshots needs a writable image", n->filename);
+        return err_setx(EPERM, "%s: changing snapshots needs a writable image", ESC_NAME(n));
     }
     return n->drv->snapshot(n, op, name);
 }

@@ -10,8 +10,8 @@
 
 #include "common/cleanup.h"
 #include "common/error.h"
-#include "common/escape.h"
 #include "driver.h"
+#include "esc-name.h"
 
 /* Probe the format from the first BLK_PROBE_BYTES (zero-padded, as qemu
  * does) and the last ones (for trailers: a fixed VHD).  Two formats that
@@ -31,8 +31,7 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
     if (format) {
         *out = blk_find_driver(format);
         if (!*out || !(*out)->is_format) {
-            CLEANUP_FREE char *esc = str_escape(format);
-            return err_setx(EINVAL, "unknown image format '%s'", esc ? esc : "?");
+            return err_setx(EINVAL, "unknown image format '%s'", ESC_STR(format));
         }
         return 0;
     }
@@ -58,17 +57,15 @@ static int blk_pick_format(struct blk_node *file, const struct blk_open_opts *o,
     blk_probe_all_tail(buf, sizeof buf, has_tail ? tail : NULL, has_tail ? sizeof tail : 0,
                        file->filename, &p);
     if (!p.best) {
-        CLEANUP_FREE char *esc = str_escape(file->filename);
         return err_setx(EINVAL,
                         "%s: no format driver recognises the image; name the format with -f",
-                        esc ? esc : "?");
+                        ESC_NAME(file));
     }
     if (p.other && (p.tie || o->untrusted)) {
-        CLEANUP_FREE char *esc = str_escape(file->filename);
         return err_setx(EINVAL,
                         "%s: the first bytes look like both %s and %s images; name the format "
                         "with -f",
-                        esc ? esc : "?", p.best->name, p.other->name);
+                        ESC_NAME(file), p.best->name, p.other->name);
     }
     *out = p.best;
     return 0;
@@ -78,11 +75,9 @@ static int blk_check_chain(const struct blk_open_opts *o)
 {
     struct stat st;
 
-    CLEANUP_FREE char *esc = str_escape(o->filename); /* may come from an image */
-
     if (o->depth > BLK_MAX_CHAIN_DEPTH) {
         return err_setx(ELOOP, "backing chain deeper than %d backing files (%s is number %u)",
-                        BLK_MAX_CHAIN_DEPTH, esc ? esc : "?", o->depth);
+                        BLK_MAX_CHAIN_DEPTH, ESC_STR(o->filename), o->depth);
     }
     if (!o->chain || !o->filename || stat(o->filename, &st) < 0) {
         return 0; /* the protocol driver reports a missing file */
@@ -90,7 +85,7 @@ static int blk_check_chain(const struct blk_open_opts *o)
     for (const struct blk_chain *c = o->chain; c; c = c->up) {
         if (c->dev == st.st_dev && c->ino == st.st_ino) {
             return err_setx(ELOOP, "%s: backing file loop (the file is already in the chain)",
-                            esc ? esc : "?");
+                            ESC_STR(o->filename)); /* from the image above */
         }
     }
     return 0;
@@ -127,8 +122,7 @@ int blk_open_stack(struct blk_node **out, const struct blk_open_opts *o, const c
     }
     r = blk_opts_check_stack(o->options, fmt, proto);
     if (r < 0) {
-        CLEANUP_FREE char *esc = str_escape(file->filename);
-        err_prefix("%s", esc ? esc : "?");
+        err_prefix("%s", ESC_NAME(file));
         blk_node_close(file);
         return r;
     }

@@ -2,7 +2,8 @@
 # Messages a person can act on: a deep backing chain keeps its cause in one
 # line, sizes beyond what a file holds, options before the subcommand,
 # qemu's older nbd: spelling (which works), URLs diskimg cannot open
-# (which say so), and backing file names, which messages show escaped.
+# (which say so), and names (backing files, the image's own), which
+# messages show escaped.
 
 load '../helpers'
 load '../interop/lib'
@@ -167,4 +168,21 @@ chain() {
     [[ "$stderr" == "diskimg: $esc: cannot skip to the offset asked for"* ]]
     run -1 --separate-stderr "$DISKIMG" create -f raw "nbd://127.0.0.1:9/e"$'\x1b' 1M
     [[ "$stderr" == "diskimg: nbd://127.0.0.1:9/e\\x1b: an NBD export exists already"* ]]
+}
+
+# The generic layer's own messages (block/: snapshot.c, image.c) quote a
+# node's name through ESC_NAME too, so an ESC or a raw 0x9b in it shows
+# as \xHH rather than as the neutraliser's '?'.
+@test "messages: the block layer's refusals show a name's controls as \\xHH" {
+    local names=(c0$'\x1b' raw$'\x9b') escs=('c0\x1b' 'raw\x9b') n
+    for n in 0 1; do
+        "$DISKIMG" create -q -f raw "$TEST_DIR/${names[n]}.img" 1M
+        run -1 --separate-stderr "$DISKIMG" snapshot -c s -f raw "$TEST_DIR/${names[n]}.img"
+        echo "$stderr"
+        [[ "$stderr" == *": $TEST_DIR/${escs[n]}.img: the raw format has no internal snapshots" ]]
+        run -1 --separate-stderr "$DISKIMG" bitmap --add -f raw "$TEST_DIR/${names[n]}.img" b
+        echo "$stderr"
+        [[ "$stderr" == *": $TEST_DIR/${escs[n]}.img: the raw format cannot store persistent bitmaps" ]]
+        [[ $(printf '%s%s' "$output" "$stderr" | LC_ALL=C tr -dc '\033\233' | wc -c) -eq 0 ]]
+    done
 }
