@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "block/driver.h"
+#include "block/esc-name.h"
 #include "common/error.h"
 #include "common/cleanup.h"
 #include "common/util.h"
@@ -70,13 +71,13 @@ static int raw_open(struct blk_node *n, const struct blk_open_opts *opts)
     if (offset > (uint64_t)child_len) {
         return err_setx(EINVAL,
                         "%s: offset %" PRIu64 " is beyond the end of the file (%" PRId64 ")",
-                        n->filename, offset, child_len);
+                        ESC_NAME(n), offset, child_len);
     }
     if (size_set && size > (uint64_t)child_len - offset) {
         return err_setx(EINVAL,
                         "%s: offset %" PRIu64 " plus size %" PRIu64
                         " is beyond the end of the file (%" PRId64 ")",
-                        n->filename, offset, size, child_len);
+                        ESC_NAME(n), offset, size, child_len);
     }
     s->offset = offset;
     s->size = size;
@@ -189,7 +190,7 @@ static int raw_guard_check_locked(struct blk_node *n, uint64_t off, uint64_t len
         return err_setx(EPERM,
                         "%s: refusing a write that would make this probed raw image look like %s "
                         "(name the format raw explicitly to allow it)",
-                        n->filename, d ? d->name : "two formats at once");
+                        ESC_NAME(n), d ? d->name : "two formats at once");
     }
     return 0;
 }
@@ -283,7 +284,7 @@ static int raw_truncate(struct blk_node *n, uint64_t len)
 
     if (s->size_set || s->offset) {
         return err_setx(ENOTSUP, "%s: cannot resize a raw image with an offset or size",
-                        n->filename);
+                        ESC_NAME(n));
     }
     if (s->probed) {
         /* Shrinking brings guest bytes to the end of the file, where a
@@ -308,7 +309,7 @@ static int raw_truncate(struct blk_node *n, uint64_t len)
                                 "%s: refusing to shrink this probed raw image to where its last "
                                 "sector looks like %s (name the format raw explicitly to allow "
                                 "it)",
-                                n->filename, d ? d->name : "two formats at once");
+                                ESC_NAME(n), d ? d->name : "two formats at once");
             }
         }
     }

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "block/driver.h"
+#include "block/esc-name.h"
 #include "common/error.h"
 
 #if !defined(HAVE_RBD) || !defined(HAVE_CURL)
@@ -18,7 +19,7 @@ static int missing_open(struct blk_node *n, const char *what, const char *featur
     return err_setx(ENOTSUP,
                     "%s: this diskimg was built without %s support (meson feature '%s', "
                     "needs %s)",
-                    n->filename ? n->filename : n->drv->name, what, feature, package);
+                    n->filename ? ESC_NAME(n) : n->drv->name, what, feature, package);
 }
 #endif
 

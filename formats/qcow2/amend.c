@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
@@ -356,7 +357,7 @@ int qcow2_amend(struct blk_node *n, const char *options, bool force,
     (void)force; /* LUKS keyslots only: we open no encrypted image */
     r = kv_foreach(options ? options : "", parse_opt, &q);
     if (r == 0 && s->snapshot_view) {
-        r = err_setx(EPERM, "%s: a snapshot view cannot be amended", n->filename);
+        r = err_setx(EPERM, "%s: a snapshot view cannot be amended", ESC_NAME(n));
     }
     if (r == 0) {
         r = run_steps(n, s, &q, &p);

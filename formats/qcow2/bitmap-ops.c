@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "block/bitmap.h"
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
@@ -282,7 +283,7 @@ int qcow2_bitmap_change(struct blk_node *n, const struct blk_bitmap_op *op)
     int r;
 
     if (s->read_only || s->snapshot_view) {
-        return err_setx(EROFS, "%s is opened read-only", n->filename);
+        return err_setx(EROFS, "%s is opened read-only", ESC_NAME(n));
     }
     if (s->bitmaps_invalid) {
         return err_setx(EINVAL, "%s", s->bitmaps_error ? s->bitmaps_error : "invalid bitmaps");

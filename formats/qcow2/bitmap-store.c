@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "block/bitmap.h"
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -330,7 +331,7 @@ int qcow2_bitmaps_commit_locked(struct qcow2_state *s, const struct qcow2_bitmap
     }
     if (r < 0) {
         /* The new bitmaps are in place; the old clusters leak. */
-        log_warn("qcow2: %s: freeing the old bitmaps: %s", s->node->filename, err_msg());
+        log_warn("qcow2: %s: freeing the old bitmaps: %s", ESC_NAME(s->node), err_msg());
         err_clear();
     }
     return 0;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "block/bitmap.h"
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
@@ -191,7 +192,7 @@ int qcow2_read_bitmaps(struct qcow2_state *s)
          * clears autoclear bit 0 as the spec allows. */
         qcow2_free_bitmaps(s);
         s->bitmaps_invalid = true;
-        err_prefix("qcow2: %s: bitmaps extension ignored", s->node->filename);
+        err_prefix("qcow2: %s: bitmaps extension ignored", ESC_NAME(s->node));
         s->bitmaps_error = strdup(err_msg());
         err_clear();
     }
@@ -246,7 +247,7 @@ bool qcow2_bitmaps_open_rw(struct qcow2_state *s)
         }
         /* Marked in use at the first write, and left so. */
         CLEANUP_FREE char *esc = str_escape(bm->name);
-        log_warn("qcow2: %s: bitmap '%s' cannot be kept up to date: %s", s->node->filename,
+        log_warn("qcow2: %s: bitmap '%s' cannot be kept up to date: %s", ESC_NAME(s->node),
                  esc ? esc : "?", why ? why : err_msg());
         err_clear();
     }
@@ -288,7 +289,7 @@ int qcow2_bitmaps_before_write(struct qcow2_state *s, uint64_t off, uint64_t len
             r = mark_in_use_locked(s);
             if (r < 0) {
                 /* Then no bitmap may claim to be consistent at all. */
-                log_error("qcow2: %s: marking bitmaps in use: %s", s->node->filename, err_msg());
+                log_error("qcow2: %s: marking bitmaps in use: %s", ESC_NAME(s->node), err_msg());
                 s->hdr.autoclear_features &= ~QCOW2_AUTOCLEAR_BITMAPS;
                 for (uint32_t i = 0; i < s->n_bitmaps; i++) {
                     s->bitmaps[i].tracked = s->bitmaps[i].stale = false;
@@ -390,7 +391,7 @@ int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm)
     CLEANUP_FREE char *esc = str_escape(bm->name);
     why = qcow2_bitmap_unusable(s, bm, &bytes);
     if (why) {
-        return err_setx(EINVAL, "%s: bitmap '%s' %s", s->node->filename, esc ? esc : "?", why);
+        return err_setx(EINVAL, "%s: bitmap '%s' %s", ESC_NAME(s->node), esc ? esc : "?", why);
     }
     b = blk_bitmap_new(bm->name, qcow2_virtual_size(s), 1u << bm->granularity_bits);
     if (!b) {
@@ -422,18 +423,18 @@ int qcow2_load_bitmap(struct blk_node *n, const char *name, struct blk_bitmap **
     }
     bm = qcow2_find_bitmap(s, name);
     if (!bm) {
-        return err_setx(ENOENT, "%s: no bitmap named '%s'", n->filename, esc ? esc : "?");
+        return err_setx(ENOENT, "%s: no bitmap named '%s'", ESC_NAME(n), esc ? esc : "?");
     }
     if (s->snapshot_view) {
         return err_setx(EINVAL, "%s: bitmap '%s' describes the active image, not a snapshot",
-                        n->filename, esc ? esc : "?");
+                        ESC_NAME(n), esc ? esc : "?");
     }
     pthread_mutex_lock(&s->lock);
     if (bm->tracked) {
         /* The live bitmap: an export sees the writes of its own session. */
         *out = blk_bitmap_ref(bm->mem);
     } else if (bm->mem && bm->stale) {
-        r = err_setx(EBUSY, "%s: bitmap '%s' is being changed", n->filename, esc ? esc : "?");
+        r = err_setx(EBUSY, "%s: bitmap '%s' is being changed", ESC_NAME(n), esc ? esc : "?");
     } else {
         struct blk_bitmap *keep = steal_ptr(&bm->mem);
         r = qcow2_bitmap_load_mem_locked(s, bm);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
@@ -215,7 +216,7 @@ static int backing_size(struct blk_node *file, struct create_opts *c)
                               .untrusted = c->untrusted};
     r = blk_open_stack(&b, &o, fmt_names_rbd(path) ? "rbd" : "file", c->backing_format);
     if (r < 0) {
-        err_prefix("could not open backing file '%s'", c->backing_file);
+        err_prefix("could not open backing file '%s'", ESC_STR(c->backing_file));
         return r;
     }
     if (!c->backing_format) {

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
@@ -284,7 +285,7 @@ int qcow2_make_empty(struct blk_node *n)
     /* No bitmap records this, as in qemu: after a commit the image reads
      * as before (its data is in the backing file now). */
     if (s->read_only || s->snapshot_view) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     pthread_mutex_lock(&s->lock);
     r = qcow2_check_writable_locked(s);
@@ -296,7 +297,7 @@ int qcow2_make_empty(struct blk_node *n)
         r = qcow2_flush_caches_locked(s);
         if (r == 0 && s->n_pending) {
             /* A free queued for an old cluster would hit the new tables. */
-            r = err_setx(EBUSY, "qcow2: %s: frees still pending", n->filename);
+            r = err_setx(EBUSY, "qcow2: %s: frees still pending", ESC_NAME(n));
         }
         if (r == 0) {
             r = rebuild_locked(s);

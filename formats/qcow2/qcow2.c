@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
@@ -141,7 +142,7 @@ static int qcow2_truncate(struct blk_node *n, uint64_t len)
     int r = 0;
 
     if (s->read_only || s->snapshot_view) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     if (len > INT64_MAX / 2) {
         return err_setx(EFBIG, "qcow2: size %" PRIu64 " is too large", len);
@@ -210,7 +211,7 @@ static int open_read_write(struct qcow2_state *s, bool for_check)
         return err_setx(EROFS,
                         "qcow2: %s is marked corrupt: open it read-only, or repair it "
                         "with 'diskimg check -r all'",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     if (incompat & QCOW2_INCOMPAT_DIRTY) {
         /* Not closed cleanly (lazy refcounts, crashed writer): rebuild
@@ -342,7 +343,7 @@ static int qcow2_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = err_setx(ENOTSUP,
                      "qcow2: %s uses zstd compression, and this diskimg was built "
                      "without libzstd",
-                     n->filename);
+                     ESC_NAME(n));
         goto fail;
 #endif
     }
@@ -402,7 +403,7 @@ static void qcow2_close(struct blk_node *n)
         pthread_mutex_lock(&s->lock);
         if (pad_compressed_tail_locked(s) < 0 || qcow2_flush_caches_locked(s) < 0 ||
             qcow2_bitmaps_store_locked(s) < 0) {
-            log_error("qcow2: %s: writing metadata at close: %s", n->filename, err_msg());
+            log_error("qcow2: %s: writing metadata at close: %s", ESC_NAME(n), err_msg());
         }
         pthread_mutex_unlock(&s->lock);
     }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "qcow2.h"
@@ -188,7 +189,7 @@ static int count_new_state(struct qcow2_shadow *x)
         return err_setx(EUCLEAN,
                         "qcow2: %s has inconsistent metadata (see 'diskimg check'); not "
                         "changing its snapshots",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     for (uint64_t k = 0; k < x->n_counts; k++) {
         if (x->counts[k] > s->refcount_max) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "qcow2.h"
@@ -157,7 +158,7 @@ static int snapshot_create_locked(struct qcow2_shadow *x, const char *name)
     int r;
 
     if (s->n_snapshots >= QCOW2_MAX_SNAPSHOTS) {
-        return err_setx(EFBIG, "qcow2: %s already has %d snapshots", s->node->filename,
+        return err_setx(EFBIG, "qcow2: %s already has %d snapshots", ESC_NAME(s->node),
                         QCOW2_MAX_SNAPSHOTS);
     }
     for (uint32_t i = 0; i < s->n_snapshots; i++) {
@@ -252,7 +253,7 @@ static int snapshot_apply_locked(struct qcow2_shadow *x, const char *name)
         return err_setx(ENOTSUP,
                         "qcow2: %s has persistent bitmaps, and the snapshot's size differs: "
                         "remove the bitmaps first",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     r = read_snapshot_l1(x, sn);
     if (r < 0) {
@@ -309,7 +310,7 @@ int qcow2_snapshot_op(struct blk_node *n, enum blk_snapshot_op op, const char *n
     int r;
 
     if (s->read_only || s->snapshot_view) {
-        return err_setx(EPERM, "%s is read-only", n->filename);
+        return err_setx(EPERM, "%s is read-only", ESC_NAME(n));
     }
     pthread_mutex_lock(&s->lock);
     r = qcow2_check_writable_locked(s);

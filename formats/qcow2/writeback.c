@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -111,14 +112,14 @@ int qcow2_mark_corrupt_locked(struct qcow2_state *s, const char *fmt, ...)
     va_end(ap);
     if (!s->corrupt && !s->read_only) {
         /* Stop writing, and tell the next user: qemu-img check -r all. */
-        log_error("qcow2: %s: marking the image corrupt: %s", s->node->filename, msg);
+        log_error("qcow2: %s: marking the image corrupt: %s", ESC_NAME(s->node), msg);
         s->corrupt = true;
         s->hdr.incompatible_features |= QCOW2_INCOMPAT_CORRUPT;
         (void)qcow2_write_header_locked(s);
         (void)blk_flush(s->file);
     }
     s->corrupt = true;
-    return err_setx(EIO, "qcow2: %s: %s", s->node->filename, msg);
+    return err_setx(EIO, "qcow2: %s: %s", ESC_NAME(s->node), msg);
 }
 
 int qcow2_check_writable_locked(const struct qcow2_state *s)

@@ -28,6 +28,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -90,7 +91,7 @@ static int allocate_locked(struct vdi_state *s, uint32_t b, uint64_t in, const s
         return err_setx(ENOSPC,
                         "%s: vdi: no block left to allocate (the header counts %" PRIu32
                         " of %" PRIu32 " allocated)",
-                        s->node->filename, idx, s->hdr.blocks);
+                        ESC_NAME(s->node), idx, s->hdr.blocks);
     }
     uint64_t start = s->hdr.off_data + (uint64_t)idx * s->stride;
     uint64_t end = start + s->stride;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "vdi.h"
@@ -41,13 +42,13 @@ int vdi_check(struct blk_node *n, enum blk_repair repair, FILE *report,
     uint32_t blocks = s->hdr.blocks, counted = 0;
 
     if (repair != BLK_REPAIR_NONE) {
-        return err_setx(ENOTSUP, "%s: vdi images cannot be repaired (as in qemu-img)", n->filename);
+        return err_setx(ENOTSUP, "%s: vdi images cannot be repaired (as in qemu-img)", ESC_NAME(n));
     }
     /* For each block of the data area, the first map entry using it. */
     CLEANUP_FREE uint32_t *user = malloc(((size_t)blocks + 1) * sizeof *user);
     if (!user) {
         res->check_errors++;
-        return err_set(ENOMEM, "%s: vdi: check of %" PRIu32 " blocks", n->filename, blocks);
+        return err_set(ENOMEM, "%s: vdi: check of %" PRIu32 " blocks", ESC_NAME(n), blocks);
     }
     memset(user, 0xff, ((size_t)blocks + 1) * sizeof *user);
     for (uint32_t b = 0; b < blocks; b++) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -145,13 +146,13 @@ static int check_entry(const struct vdi_state *s, uint32_t block, uint32_t e, ui
         return err_setx(EINVAL,
                         "%s: vdi: block map entry %" PRIu32 " (block index %" PRIu32
                         ") is beyond the %" PRIu32 " blocks of the image",
-                        s->node->filename, block, e, s->hdr.blocks);
+                        ESC_NAME(s->node), block, e, s->hdr.blocks);
     }
     if (vdi_block_host(s, e) >= file_len) {
         return err_setx(EINVAL,
                         "%s: vdi: block map entry %" PRIu32 " points past the end of the file "
                         "(offset %" PRIu64 ", file %" PRIu64 " bytes)",
-                        s->node->filename, block, vdi_block_host(s, e), file_len);
+                        ESC_NAME(s->node), block, vdi_block_host(s, e), file_len);
     }
     return 0;
 }
@@ -175,13 +176,13 @@ static int check_writable(const struct vdi_state *s)
                             "%s: vdi: block map entry %" PRIu32 " uses block %" PRIu32
                             ", beyond the %" PRIu32
                             " the header counts as allocated (check the image)",
-                            s->node->filename, b, e, s->hdr.allocated);
+                            ESC_NAME(s->node), b, e, s->hdr.allocated);
         }
         if (used[e / 8] & (1u << (e % 8))) {
             return err_setx(EINVAL,
                             "%s: vdi: block map entry %" PRIu32 " uses block %" PRIu32
                             ", which another entry uses too (check the image)",
-                            s->node->filename, b, e);
+                            ESC_NAME(s->node), b, e);
         }
         used[e / 8] |= (uint8_t)(1u << (e % 8));
     }
@@ -202,7 +203,7 @@ int vdi_load_map(struct vdi_state *s, bool check_entries, bool writable)
      * bounded by what the file holds, not by what the header claims. */
     s->map = malloc(((size_t)s->hdr.blocks + 1) * sizeof *s->map);
     if (!raw || !s->map) {
-        return err_set(ENOMEM, "%s: vdi: block map of %" PRIu32 " entries", s->node->filename,
+        return err_set(ENOMEM, "%s: vdi: block map of %" PRIu32 " entries", ESC_NAME(s->node),
                        s->hdr.blocks);
     }
     for (uint32_t done = 0; done < s->hdr.blocks;) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/util.h"
@@ -162,7 +163,7 @@ static int vdi_open(struct blk_node *n, const struct blk_open_opts *opts)
     pthread_mutex_init(&s->alloc_lock, NULL);
     if (file_len < VDI_SECTOR) {
         r = err_setx(EINVAL, "%s: vdi: the file (%" PRId64 " bytes) is too short for a header",
-                     n->filename, file_len);
+                     ESC_NAME(n), file_len);
         goto fail;
     }
     s->page0_len = (uint32_t)MIN((uint64_t)file_len, sizeof s->page0);
@@ -171,7 +172,7 @@ static int vdi_open(struct blk_node *n, const struct blk_open_opts *opts)
         goto fail;
     }
     vdi_header_decode(s->page0, &s->hdr);
-    r = vdi_header_validate(&s->hdr, (uint64_t)file_len, n->filename);
+    r = vdi_header_validate(&s->hdr, (uint64_t)file_len, ESC_NAME(n));
     if (r < 0) {
         goto fail;
     }

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -313,7 +314,7 @@ static int parent_facts(const struct blk_create_opts *o, struct vmdk_create_opts
                                .untrusted = o->untrusted};
     r = blk_open_stack(&b, &bo, "file", "vmdk");
     if (r < 0) {
-        err_prefix("vmdk: could not open backing file '%s'", c->backing_file);
+        err_prefix("vmdk: could not open backing file '%s'", ESC_STR(c->backing_file));
         return r;
     }
     const struct vmdk_state *ps = b->opaque;

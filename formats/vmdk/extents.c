@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/escape.h"
@@ -37,7 +38,7 @@ int vmdk_open_extents(struct vmdk_state *s, const struct blk_open_opts *opts, co
 
     (void)dir_of;
     if (d->n_extents == 0) {
-        return err_setx(EINVAL, "%s: vmdk: the descriptor names no extent", s->node->filename);
+        return err_setx(EINVAL, "%s: vmdk: the descriptor names no extent", ESC_NAME(s->node));
     }
     s->extents = calloc(d->n_extents, sizeof *s->extents);
     if (!s->extents) {
@@ -49,7 +50,7 @@ int vmdk_open_extents(struct vmdk_state *s, const struct blk_open_opts *opts, co
         if (x->sectors > (UINT64_C(1) << 53) / VMDK_SECTOR ||
             start + x->sectors * VMDK_SECTOR > (UINT64_C(1) << 53)) {
             return err_setx(EFBIG, "%s: vmdk: the extents add up to more than 8 PiB",
-                            s->node->filename);
+                            ESC_NAME(s->node));
         }
         e->type = x->type;
         e->start = start;

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -129,7 +130,7 @@ static int stream_refuse(struct vmdk_state *s, uint64_t off, uint64_t len, const
     return err_setx(EINVAL,
                     "%s: vmdk: a streamOptimized image takes each grain once, whole and in "
                     "order (convert); refusing the write at %" PRIu64 "+%" PRIu64 ": %s",
-                    s->node->filename, off, len, why);
+                    ESC_NAME(s->node), off, len, why);
 }
 
 /* Append one compressed grain and point the table at it. */
@@ -156,7 +157,7 @@ static int append_grain(struct vmdk_state *s, uint64_t grain, const void *data, 
     uint64_t host = e->next_alloc;
     uint64_t total = ROUND_UP(VMDK_MARKER_HDR + (uint64_t)clen, VMDK_SECTOR);
     if (r == 0 && (host + total) / VMDK_SECTOR > UINT32_MAX) {
-        r = err_setx(ENOSPC, "%s: vmdk: the file would pass 2 TiB", s->node->filename);
+        r = err_setx(ENOSPC, "%s: vmdk: the file would pass 2 TiB", ESC_NAME(s->node));
     }
     if (r < 0) {
         pthread_mutex_unlock(&s->lock);
@@ -190,7 +191,7 @@ int vmdk_stream_pwrite_compressed(struct blk_node *n, uint64_t off, const void *
 
     if (!s->stream) {
         return err_setx(ENOTSUP, "%s: vmdk: only streamOptimized images store compressed grains",
-                        n->filename);
+                        ESC_NAME(n));
     }
     if (off % e->grain) {
         return stream_refuse(s, off, clen, "not at the start of a grain");
@@ -244,7 +245,7 @@ int vmdk_stream_open_rw(struct vmdk_state *s)
 
     if (!e->markers) {
         return err_setx(EROFS, "%s: vmdk: compressed grains without markers are read-only",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     pthread_mutex_lock(&s->lock);
     r = vmdk_sparse_data_end_locked(e, &end);

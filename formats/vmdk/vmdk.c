@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -64,7 +65,7 @@ static int open_descriptor_file(struct vmdk_state *s, const struct blk_open_opts
 
     if (flen >= (int64_t)VMDK_MAX_DESC) {
         return err_setx(EFBIG, "%s: vmdk: a descriptor file of %" PRId64 " bytes is too large",
-                        n->filename, flen);
+                        ESC_NAME(n), flen);
     }
     r = read_text(n->file, 0, (uint64_t)flen, &s->desc_text);
     if (r < 0) {
@@ -79,12 +80,12 @@ static int open_descriptor_file(struct vmdk_state *s, const struct blk_open_opts
         CLEANUP_FREE char *t = str_escape(s->desc.create_type ? s->desc.create_type : "");
         return err_setx(ENOTSUP,
                         "%s: vmdk: createType \"%s\" is not supported in a descriptor file",
-                        n->filename, t ? t : "?");
+                        ESC_NAME(n), t ? t : "?");
     }
     if (!opts->read_only && !opts->for_check) {
         /* (check -r opens read-write, and then says it cannot repair vmdk) */
         CLEANUP_FREE char *t = str_escape(s->desc.create_type);
-        return err_setx(EROFS, "%s: vmdk: %s images are read-only in diskimg", n->filename,
+        return err_setx(EROFS, "%s: vmdk: %s images are read-only in diskimg", ESC_NAME(n),
                         t ? t : "?");
     }
     return vmdk_open_extents(s, opts, n->filename);
@@ -129,7 +130,7 @@ static int open_sparse_file(struct vmdk_state *s, const struct blk_open_opts *op
              * extents it names). */
             if (!opts->read_only) {
                 return err_setx(EROFS, "%s: vmdk: a wrapped descriptor is read-only in diskimg",
-                                n->filename);
+                                ESC_NAME(n));
             }
             vmdk_extent_free(e);
             free(s->extents);
@@ -222,7 +223,7 @@ static void vmdk_close(struct blk_node *n)
             r = vmdk_sparse_flush_locked(&s->extents[0]);
         }
         if (r < 0) {
-            log_error("vmdk: %s: writing metadata at close: %s", n->filename, err_msg());
+            log_error("vmdk: %s: writing metadata at close: %s", ESC_NAME(n), err_msg());
         }
         pthread_mutex_unlock(&s->lock);
     }
@@ -259,7 +260,7 @@ static int read_linear(struct vmdk_state *s, uint64_t off, uint8_t *buf, uint64_
     while (len) {
         struct vmdk_extent *e = find_extent(s, off);
         if (!e) {
-            return err_setx(EIO, "%s: vmdk: no extent at %" PRIu64, s->node->filename, off);
+            return err_setx(EIO, "%s: vmdk: no extent at %" PRIu64, ESC_NAME(s->node), off);
         }
         uint64_t rel = off - e->start, n = MIN(len, e->length - rel);
         int r;
@@ -494,7 +495,7 @@ static int vmdk_block_status(struct blk_node *n, uint64_t off, uint64_t len, str
 
     memset(ext, 0, sizeof *ext);
     if (!e) {
-        return err_setx(EIO, "%s: vmdk: no extent at %" PRIu64, n->filename, off);
+        return err_setx(EIO, "%s: vmdk: no extent at %" PRIu64, ESC_NAME(n), off);
     }
     uint64_t rel = off - e->start;
     /* At most 1 GiB per answer: a caller that asks again from where this

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -127,7 +128,7 @@ static int read_locator(struct vpc_state *s, const struct vpc_locator *l, int64_
         return err_setx(EINVAL,
                         "%s: vpc: parent locator of %" PRIu32 " bytes at offset %" PRIu64
                         " lies outside the file or is too long",
-                        s->node->filename, l->length, l->offset);
+                        ESC_NAME(s->node), l->length, l->offset);
     }
     CLEANUP_FREE uint8_t *buf = malloc(l->length);
     if (!buf) {
@@ -201,7 +202,7 @@ int vpc_find_parent(struct vpc_state *s, const struct vpc_dyn_header *h, bool lo
     }
     if (!s->parent_name) {
         return err_setx(EINVAL, "%s: vpc: differencing image names no parent it can use",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     return 0;
 }
@@ -227,7 +228,7 @@ int vpc_open_parent(struct vpc_state *s, const struct blk_open_opts *opts, const
         return err_setx(EINVAL,
                         "%s: vpc: parent image '%s' is not the one this image was made from "
                         "(its unique id differs)",
-                        s->node->filename, esc ? esc : "?");
+                        ESC_NAME(s->node), esc ? esc : "?");
     }
     s->node->backing = s->parent;
     return 0;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -29,7 +30,7 @@
 static int read_footer(struct vpc_state *s, int64_t flen, bool *tail_ok)
 {
     uint8_t head[VPC_FOOTER_SIZE], tail[VPC_FOOTER_SIZE];
-    const char *name = s->node->filename;
+    const char *name = ESC_NAME(s->node); /* quoted by messages only */
     int r;
 
     *tail_ok = false;
@@ -76,7 +77,7 @@ static bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
 /* Load and check the BAT; find where the next block goes. */
 static int load_bat(struct vpc_state *s, const struct vpc_dyn_header *h, int64_t flen, bool tail_ok)
 {
-    const char *name = s->node->filename;
+    const char *name = ESC_NAME(s->node); /* quoted by messages only */
     uint64_t bat_bytes = (uint64_t)s->n_blocks * 4;
     int r;
 
@@ -133,7 +134,7 @@ static int load_bat(struct vpc_state *s, const struct vpc_dyn_header *h, int64_t
 static int open_dynamic(struct vpc_state *s, const struct blk_open_opts *opts, int64_t flen,
                         bool tail_ok)
 {
-    const char *name = s->node->filename;
+    const char *name = ESC_NAME(s->node); /* quoted by messages only */
     uint8_t buf[VPC_DYN_HEADER_SIZE];
     struct vpc_dyn_header h;
     uint64_t at = s->footer.data_offset;
@@ -251,7 +252,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = err_setx(EFBIG,
                      "%s: vpc: %" PRIu64 " bytes is larger than VHD images may be "
                      "(2040 GiB)",
-                     n->filename, s->size);
+                     ESC_NAME(n), s->size);
         goto fail;
     }
     switch (s->type) {
@@ -260,7 +261,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
             r = err_setx(EINVAL,
                          "%s: vpc: the fixed image of %" PRIu64 " bytes is truncated "
                          "(the file has %" PRId64 ")",
-                         n->filename, s->size, flen);
+                         ESC_NAME(n), s->size, flen);
         }
         break;
     case VPC_DYNAMIC:
@@ -278,7 +279,7 @@ static int vpc_open(struct blk_node *n, const struct blk_open_opts *opts)
         r = err_setx(ENOTSUP,
                      "%s: vpc: disk type %" PRIu32 " is not fixed, dynamic or "
                      "differencing",
-                     n->filename, s->footer.type);
+                     ESC_NAME(n), s->footer.type);
     }
     if (r < 0) {
         goto fail;
@@ -309,7 +310,7 @@ static void vpc_close(struct blk_node *n)
 
     if (!s->read_only && s->type != VPC_FIXED) {
         if (vpc_write_back_bat(s) < 0 || blk_flush(s->file) < 0) {
-            log_error("vpc: %s: writing the BAT at close: %s", n->filename, err_msg());
+            log_error("vpc: %s: writing the BAT at close: %s", ESC_NAME(n), err_msg());
         }
     }
     vpc_free_state(s);

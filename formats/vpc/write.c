@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/esc-name.h"
 #include "common/bytes.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -129,7 +130,7 @@ static int allocate_locked(struct vpc_state *s, uint32_t i, uint64_t in_block,
         return err_setx(EFBIG,
                         "%s: vpc: the file has reached 2 TiB, beyond which a BAT entry "
                         "cannot point",
-                        s->node->filename);
+                        ESC_NAME(s->node));
     }
     if (whole) {
         memset(bm, 0xff, s->bitmap_size);

@@ -186,3 +186,25 @@ chain() {
         [[ $(printf '%s%s' "$output" "$stderr" | LC_ALL=C tr -dc '\033\233' | wc -c) -eq 0 ]]
     done
 }
+
+# The format drivers quote a node's name through ESC_NAME as well: a vpc
+# or vdi file too short for its header and a vmdk descriptor without
+# extents show an ESC or a raw 0x9b in the name as \xHH, not as '?'.
+@test "messages: format drivers show a name's controls as \\xHH" {
+    local names=(c0$'\x1b' raw$'\x9b') escs=('c0\x1b' 'raw\x9b') n f
+    for n in 0 1; do
+        f="$TEST_DIR/${names[n]}"
+        head -c 100 /dev/zero >"$f.small"
+        run -1 --separate-stderr "$DISKIMG" info -f vpc "$f.small"
+        echo "$stderr"
+        [[ "$stderr" == *" $TEST_DIR/${escs[n]}.small: vpc: the file is too short to hold a VHD footer" ]]
+        run -1 --separate-stderr "$DISKIMG" info -f vdi "$f.small"
+        echo "$stderr"
+        [[ "$stderr" == *" $TEST_DIR/${escs[n]}.small: vdi: the file (100 bytes) is too short for a header" ]]
+        printf '# Disk DescriptorFile\nversion=1\nCID=fffffffe\nparentCID=ffffffff\ncreateType="monolithicFlat"\n' >"$f.vmdk"
+        run -1 --separate-stderr "$DISKIMG" info -f vmdk "$f.vmdk"
+        echo "$stderr"
+        [[ "$stderr" == *" $TEST_DIR/${escs[n]}.vmdk: vmdk: the descriptor names no extent" ]]
+        [[ $(printf '%s%s' "$output" "$stderr" | LC_ALL=C tr -dc '\033\233' | wc -c) -eq 0 ]]
+    done
+}
