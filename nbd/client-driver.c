@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/driver.h"
+#include "block/esc-name.h"
 #include "client.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -186,7 +187,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
             return err_setx(EINVAL,
                             "%s: nbds:// needs --tls-creds=DIR or --tls-psk=FILE (or "
                             "tls-certificates= / tls-psk-file= in the URI)",
-                            n->filename);
+                            ESC_NAME(n));
         }
         r = nbd_tls_new(&d->tls, &tc, false);
         if (r < 0) {
@@ -203,7 +204,7 @@ static int nbd_drv_connect(struct blk_node *n, const struct blk_open_opts *opts)
     d->nconns = 1;
     if (!opts->read_only && (d->exp.eflags & NBD_FLAG_READ_ONLY)) {
         return err_setx(EROFS, "%s: the NBD export is read-only and cannot be written",
-                        n->filename);
+                        ESC_NAME(n));
     }
     /* More connections only for bulk work (convert, bench) and where the
      * server says they see each other's writes and flushes.  A server
@@ -498,7 +499,7 @@ static int nbd_drv_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     if (n_ex == 0 || ex[0].length == 0) {
         free(ex);
         return err_setx(EPROTO, "%s: the NBD server answered block status with no extent",
-                        n->filename);
+                        ESC_NAME(n));
     }
     pthread_mutex_lock(&d->status_lock);
     free(d->status);
@@ -517,7 +518,7 @@ static int nbd_drv_block_status(struct blk_node *n, uint64_t off, uint64_t len,
     free(ex);
     if (!hit2) {
         return err_setx(EPROTO, "%s: the NBD server's block status does not cover offset %" PRIu64,
-                        n->filename, off);
+                        ESC_NAME(n), off);
     }
     return 0;
 }

@@ -401,7 +401,7 @@ int qcow2_bitmap_load_mem_locked(struct qcow2_state *s, struct qcow2_bitmap *bm)
     r = read_bitmap_data(s, bm, b->bits, bytes);
     if (r < 0) {
         blk_bitmap_free(b);
-        err_prefix("%s: bitmap '%s'", s->node->filename, esc ? esc : "?");
+        err_prefix("%s: bitmap '%s'", ESC_NAME(s->node), esc ? esc : "?");
         return r;
     }
     if (b->nbits % 8) {

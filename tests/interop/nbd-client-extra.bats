@@ -463,3 +463,15 @@ time.sleep(120)
     SERVER_PID=
     cmp "$TEST_DIR/s.raw" "$TEST_DIR/t.raw"
 }
+
+@test "the NBD client's messages show a URI's control bytes as \\xHH" {
+    # The URI can come from an image (an NBD backing file name); the
+    # neutraliser would show its controls as '?', escaped they stay exact.
+    truncate -s 1M "$TEST_DIR/a.img"
+    SOCK=$TEST_DIR/e$'\x1b'.sock
+    start_server -r -f raw "$TEST_DIR/a.img"
+    run "$DISKIMG" convert -n -O raw "$TEST_DIR/a.img" "nbd+unix:///?socket=$SOCK"
+    assert_failure
+    [[ $output != *$'\x1b'* ]]
+    assert_output --partial 'e\x1b.sock: the NBD export is read-only and cannot be written'
+}
